@@ -1,0 +1,500 @@
+"""Load pinned ABI matrices (``pinning/*.toml``) into frozen, typed cells.
+
+Each setting is declared once, as a dataclass field with a ``help`` text. That one
+declaration drives decoding (types, defaults, unknown keys with a did-you-mean hint),
+the JSON Schema (``stackpin matrix schema``) and the reference in docs/matrix.md.
+Decoding collects every problem of a file instead of stopping at the first one, so a
+release engineer fixes a matrix in one pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import re
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+from stackpin.errors import ConfigurationError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+SCHEMA_VERSION = 1
+
+Platform = Literal["dtk", "rocm", "cuda", "cpu"]
+Variant = Literal["stable", "enhanced"]
+WheelSource = Literal["index", "vendor"]
+BitsAndBytes = Literal["disabled", "index", "vendor"]
+
+VARIANTS: tuple[Variant, ...] = ("stable", "enhanced")
+CELL_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
+
+
+def _doc(text: str, **extra: Any) -> dict[str, Any]:
+    return {"help": text, **extra}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bootstrap:
+    """A Debian rootfs built from packages with mmdebstrap (no registry needed)."""
+
+    suite: str = field(metadata=_doc("Debian suite, e.g. bookworm."))
+    mirror: str = field(metadata=_doc("Debian mirror URL the rootfs is built from."))
+    packages: tuple[str, ...] = field(
+        default=(), metadata=_doc("Extra Debian packages in the rootfs (python3, python3-venv).")
+    )
+    mmdebstrap_variant: str = field(
+        default="minbase", metadata=_doc("mmdebstrap --variant (minbase keeps the base small).")
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Base:
+    """Where the image starts: a registry reference (optionally digest-pinned) or a bootstrap."""
+
+    image: str = field(
+        default="", metadata=_doc("Image reference, e.g. vendor/dtk:26.04-ubuntu22.04-py3.10.")
+    )
+    digest: str = field(
+        default="", metadata=_doc("sha256:<64 hex> the base must resolve to; empty = unpinned.")
+    )
+    bootstrap: Bootstrap | None = field(
+        default=None, metadata=_doc("Build the base from Debian packages instead of an image.")
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PinnedWheel:
+    """One wheel file pinned by exact filename and sha256."""
+
+    filename: str = field(metadata=_doc("Exact wheel filename, never renamed to force a fit."))
+    sha256: str = field(default="", metadata=_doc("64 hex digits; empty = unpinned (warned)."))
+    source: WheelSource = field(
+        default="vendor",
+        metadata=_doc("'index' = downloadable from the package index; 'vendor' = dropped by hand."),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFlags:
+    """Container run flags for the platform; broad flags stay explicit opt-ins."""
+
+    devices: tuple[str, ...] = field(default=(), metadata=_doc("Device nodes passed through."))
+    group_add: tuple[str, ...] = field(default=(), metadata=_doc("Extra groups (video)."))
+    volumes: tuple[str, ...] = field(
+        default=(), metadata=_doc("host:container[:ro] mounts, e.g. /opt/hyhal:/opt/hyhal:ro.")
+    )
+    shm_size: str = field(default="", metadata=_doc("Shared memory size, e.g. 32g."))
+    gpus: str = field(default="", metadata=_doc("GPU device request for CUDA ('all'); empty = none."))
+    ipc: str = field(default="", metadata=_doc("IPC mode, e.g. host for multi-card; empty = default."))
+    cap_add: tuple[str, ...] = field(default=(), metadata=_doc("Added capabilities (SYS_PTRACE)."))
+    security_opt: tuple[str, ...] = field(default=(), metadata=_doc("Security options."))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """One ABI combination: everything an image of it is built from."""
+
+    id: str = field(metadata=_doc("Stable cell id (the table key).", from_key=True))
+    description: str = field(default="", metadata=_doc("One line for humans."))
+    platform: Platform = field(metadata=_doc("Accelerator platform."))
+    platform_version: str = field(
+        default="", metadata=_doc("DTK / ROCm / CUDA version, e.g. 26.04, 6.4, 12.8; empty on cpu.")
+    )
+    arch: tuple[str, ...] = field(
+        default=(), metadata=_doc("Accelerator ISAs, e.g. gfx928, gfx936, sm_90.")
+    )
+    cpu_arch: str = field(default="x86_64", metadata=_doc("CPU architecture of the image."))
+    python: str = field(metadata=_doc("CPython tag, e.g. cp310."))
+    glibc: str = field(metadata=_doc("glibc of the base; wheels must not need a newer one."))
+    variants: tuple[Variant, ...] = field(
+        default=("stable",), metadata=_doc("Variants built: stable (SDPA), enhanced (FlashAttention).")
+    )
+    source_date_epoch: int = field(
+        default=0, metadata=_doc("SOURCE_DATE_EPOCH for every timestamp in the image.")
+    )
+    base: Base = field(metadata=_doc("The base image."))
+    torch: PinnedWheel = field(metadata=_doc("The torch wheel (vendor build on DTK)."))
+    attention: PinnedWheel | None = field(
+        default=None, metadata=_doc("FlashAttention wheel; enhanced variant only.")
+    )
+    vendor_wheels: tuple[PinnedWheel, ...] = field(
+        default=(), metadata=_doc("Other ABI-bound wheels installed with --no-deps (triton, vllm).")
+    )
+    numpy: str = field(metadata=_doc("numpy constraint, e.g. <2."))
+    stack: Mapping[str, str] = field(
+        metadata=_doc("Distribution name to exact version for the rest of the stack.")
+    )
+    bitsandbytes: BitsAndBytes = field(
+        default="index",
+        metadata=_doc("disabled: no 4/8-bit support is advertised (DTK default); index or vendor."),
+    )
+    env: Mapping[str, str] = field(
+        default_factory=dict, metadata=_doc("Runtime environment variables of the image.")
+    )
+    env_script: str = field(
+        default="", metadata=_doc("Script sourced in every build step and at start (DTK env.sh).")
+    )
+    run: RunFlags = field(default_factory=RunFlags, metadata=_doc("Container run flags."))
+
+    @property
+    def is_dtk(self) -> bool:
+        return self.platform == "dtk"
+
+    def wheels_for(self, variant: Variant) -> tuple[PinnedWheel, ...]:
+        """The pinned ABI-bound wheels a variant installs with --no-deps, torch first."""
+        wheels = (self.torch, *self.vendor_wheels)
+        if variant == "enhanced" and self.attention is not None:
+            wheels = (*wheels, self.attention)
+        return wheels
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    """One matrix file: a schema version and its cells."""
+
+    schema_version: int = field(metadata=_doc("Matrix format version; this stackpin reads 1."))
+    description: str = field(default="", metadata=_doc("What this file covers."))
+    cells: Mapping[str, Cell] = field(metadata=_doc("Cells by id."))
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One decoding problem: where (dotted path) and what."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class _Invalid:
+    """Marker for a value that failed to decode; its problem is already recorded."""
+
+
+_INVALID = _Invalid()
+
+
+def _is_optional(tp: Any) -> tuple[bool, Any]:
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(get_args(tp)) == 2:
+            return True, args[0]
+    return False, tp
+
+
+def _type_name(value: Any) -> str:
+    return {str: "string", int: "integer", bool: "boolean", list: "array", dict: "table"}.get(
+        type(value), type(value).__name__
+    )
+
+
+class _Decoder:
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def fail(self, path: str, message: str) -> _Invalid:
+        self.problems.append(Problem(path, message))
+        return _INVALID
+
+    def decode(self, tp: Any, value: Any, path: str) -> Any:
+        optional, inner = _is_optional(tp)
+        if optional:
+            return None if value is None else self.decode(inner, value, path)
+        origin = get_origin(inner)
+        if dataclasses.is_dataclass(inner):
+            return self.decode_dataclass(inner, value, path)
+        if origin is Literal:
+            choices = get_args(inner)
+            if value not in choices:
+                hint = _did_you_mean(str(value), [str(c) for c in choices])
+                return self.fail(path, f"{value!r} is not one of {', '.join(choices)}{hint}")
+            return value
+        if origin is tuple:
+            return self.decode_tuple(inner, value, path)
+        if origin in (Mapping, dict, typing.Mapping):
+            return self.decode_mapping(inner, value, path)
+        return self.decode_scalar(inner, value, path)
+
+    def decode_scalar(self, tp: Any, value: Any, path: str) -> Any:
+        # bool is an int subclass in Python; TOML keeps them apart, so must we.
+        if tp is int and (isinstance(value, bool) or not isinstance(value, int)):
+            return self.fail(path, f"expected an integer, found {_type_name(value)}")
+        if not isinstance(value, tp):
+            return self.fail(path, f"expected a {_type_name(tp())}, found {_type_name(value)}")
+        return value
+
+    def decode_tuple(self, tp: Any, value: Any, path: str) -> Any:
+        if not isinstance(value, list):
+            return self.fail(path, f"expected an array, found {_type_name(value)}")
+        item_type = get_args(tp)[0]
+        items = [self.decode(item_type, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return _INVALID if any(i is _INVALID for i in items) else tuple(items)
+
+    def decode_mapping(self, tp: Any, value: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            return self.fail(path, f"expected a table, found {_type_name(value)}")
+        _, value_type = get_args(tp)
+        out: dict[str, Any] = {}
+        for key in sorted(value):
+            item = value[key]
+            if dataclasses.is_dataclass(value_type):
+                item = {**item, "id": key} if isinstance(item, dict) else item
+            out[key] = self.decode(value_type, item, f"{path}.{key}" if path else key)
+        if any(v is _INVALID for v in out.values()):
+            return _INVALID
+        return types.MappingProxyType(out)
+
+    def decode_dataclass(self, cls: Any, value: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            return self.fail(path, f"expected a table, found {_type_name(value)}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        hints = typing.get_type_hints(cls)
+        dotted = f"{path}." if path else ""
+        for key in sorted(set(value) - set(fields)):
+            settable = [n for n, f in fields.items() if not f.metadata.get("from_key")]
+            self.fail(f"{dotted}{key}", f"unknown key{_did_you_mean(key, settable)}")
+        kwargs: dict[str, Any] = {}
+        for name, fld in fields.items():
+            if name not in value:
+                if _is_required(fld):
+                    self.fail(f"{dotted}{name}", "required key is missing")
+                continue
+            kwargs[name] = self.decode(hints[name], value[name], f"{dotted}{name}")
+        if len(kwargs) < sum(_is_required(f) for f in fields.values()) or any(
+            v is _INVALID for v in kwargs.values()
+        ):
+            return _INVALID
+        return cls(**kwargs)
+
+
+def _is_required(fld: dataclasses.Field[Any]) -> bool:
+    return fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (perhaps you meant '{close[0]}'?)" if close else ""
+
+
+def _structural_problems(matrix: Matrix) -> list[Problem]:
+    """Rules about single values that the type system cannot express."""
+    problems: list[Problem] = []
+    if matrix.schema_version != SCHEMA_VERSION:
+        problems.append(
+            Problem("schema_version", f"this stackpin reads version {SCHEMA_VERSION}")
+        )
+    for cell in matrix.cells.values():
+        where = f"cells.{cell.id}"
+        if not CELL_ID_PATTERN.match(cell.id):
+            problems.append(Problem(where, "cell id must be lower-case letters, digits, '.', '-'"))
+        base = cell.base
+        if bool(base.image) == (base.bootstrap is not None):
+            problems.append(Problem(f"{where}.base", "set exactly one of 'image' or 'bootstrap'"))
+        if base.digest and not re.fullmatch(r"sha256:[0-9a-f]{64}", base.digest):
+            problems.append(Problem(f"{where}.base.digest", "expected sha256:<64 hex digits>"))
+        for wheel_path, wheel in _pinned_wheels(cell):
+            if wheel.sha256 and not re.fullmatch(r"[0-9a-f]{64}", wheel.sha256):
+                problems.append(Problem(f"{where}.{wheel_path}.sha256", "expected 64 hex digits"))
+        if not cell.variants:
+            problems.append(Problem(f"{where}.variants", "list at least one variant"))
+    return problems
+
+
+def _pinned_wheels(cell: Cell) -> list[tuple[str, PinnedWheel]]:
+    wheels = [("torch", cell.torch)]
+    if cell.attention is not None:
+        wheels.append(("attention", cell.attention))
+    wheels += [(f"vendor_wheels[{i}]", w) for i, w in enumerate(cell.vendor_wheels)]
+    return wheels
+
+
+def pinned_wheels(cell: Cell) -> list[tuple[str, PinnedWheel]]:
+    """Every pinned wheel of a cell with the matrix path that declares it."""
+    return _pinned_wheels(cell)
+
+
+def decode_matrix(data: Mapping[str, Any], *, source: str) -> Matrix:
+    """Decode parsed TOML into a Matrix, or raise with every problem of the file."""
+    decoder = _Decoder()
+    matrix = decoder.decode(Matrix, dict(data), "")
+    problems = decoder.problems
+    if isinstance(matrix, Matrix):
+        problems = problems + _structural_problems(matrix)
+    if problems:
+        lines = [f"{source}: {p}" for p in problems]
+        raise ConfigurationError(
+            f"{source}: {len(problems)} problem(s) in the matrix; first: {problems[0]}",
+            details=lines,
+        )
+    assert isinstance(matrix, Matrix)
+    return matrix
+
+
+def load_matrix(path: Path) -> Matrix:
+    """Read and decode one matrix file."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        msg = f"{path}: no such matrix file; list the shipped ones with 'ls pinning/*.toml'"
+        raise ConfigurationError(msg) from None
+    except tomllib.TOMLDecodeError as exc:
+        msg = f"{path}: not valid TOML ({exc}); fix the syntax at that line"
+        raise ConfigurationError(msg) from None
+    return decode_matrix(data, source=str(path))
+
+
+def load_cells(paths: list[Path]) -> dict[str, Cell]:
+    """Every cell of several matrix files by id; a duplicate id is a configuration error."""
+    cells: dict[str, Cell] = {}
+    origin: dict[str, Path] = {}
+    for path in paths:
+        for cell_id, cell in load_matrix(path).cells.items():
+            if cell_id in cells:
+                msg = f"cell '{cell_id}' is defined in both {origin[cell_id]} and {path}; rename one"
+                raise ConfigurationError(msg)
+            cells[cell_id] = cell
+            origin[cell_id] = path
+    return cells
+
+
+def find_cell(cells: Mapping[str, Cell], cell_id: str) -> Cell:
+    """The cell with this id, or a ConfigurationError that suggests the closest id."""
+    if cell_id in cells:
+        return cells[cell_id]
+    hint = _did_you_mean(cell_id, list(cells))
+    msg = f"no cell '{cell_id}'{hint}; 'stackpin matrix list' shows every cell"
+    raise ConfigurationError(msg)
+
+
+def cell_to_dict(cell: Cell) -> dict[str, Any]:
+    """Plain JSON-able form of a cell (stable key order), used for labels and locks."""
+    return _plain(cell)  # type: ignore[no-any-return]
+
+
+def cell_json(cell: Cell) -> str:
+    """Canonical JSON of a cell: sorted keys, no spaces, so equal cells give equal bytes."""
+    return json.dumps(cell_to_dict(cell), sort_keys=True, separators=(",", ":"))
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in sorted(value.items())}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+# --- JSON Schema, generated from the same declarations ---------------------------------
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of a matrix file, derived from the dataclass fields."""
+    schema = _schema_for(Matrix)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://stackpin.dev/schema/matrix-v1.json"
+    schema["title"] = "stackpin ABI matrix"
+    return schema
+
+
+def _schema_for(tp: Any, description: str = "") -> dict[str, Any]:
+    optional, inner = _is_optional(tp)
+    origin = get_origin(inner)
+    out: dict[str, Any]
+    if dataclasses.is_dataclass(inner):
+        out = _dataclass_schema(inner)
+    elif origin is Literal:
+        out = {"enum": list(get_args(inner))}
+    elif origin is tuple:
+        out = {"type": "array", "items": _schema_for(get_args(inner)[0])}
+    elif origin in (Mapping, dict, typing.Mapping):
+        out = {"type": "object", "additionalProperties": _schema_for(get_args(inner)[1])}
+    else:
+        out = {"type": {str: "string", int: "integer", bool: "boolean"}[inner]}
+    if optional and "type" in out:
+        out["type"] = [out["type"], "null"]
+    if description:
+        out["description"] = description
+    return out
+
+
+def _dataclass_schema(cls: Any) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for fld in dataclasses.fields(cls):
+        if fld.metadata.get("from_key"):
+            continue
+        prop = _schema_for(hints[fld.name], fld.metadata.get("help", ""))
+        default = fld.default
+        if fld.default_factory is not dataclasses.MISSING:
+            default = fld.default_factory()
+        if default is not dataclasses.MISSING and not dataclasses.is_dataclass(default):
+            prop["default"] = list(default) if isinstance(default, tuple) else default
+        properties[fld.name] = prop
+        if _is_required(fld):
+            required.append(fld.name)
+    out: dict[str, Any] = {
+        "type": "object",
+        "description": (cls.__doc__ or "").strip(),
+        "properties": properties,
+        "additionalProperties": False,
+    }
+    if required:
+        out["required"] = required
+    return out
+
+
+def reference_rows(cls: Any = Matrix, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(key, type, default, help) for every setting, for docs/matrix.md."""
+    rows: list[tuple[str, str, str, str]] = []
+    hints = typing.get_type_hints(cls)
+    for fld in dataclasses.fields(cls):
+        if fld.metadata.get("from_key"):
+            continue
+        tp = hints[fld.name]
+        _, inner = _is_optional(tp)
+        key = f"{prefix}{fld.name}"
+        if get_origin(inner) in (Mapping, typing.Mapping) and dataclasses.is_dataclass(
+            get_args(inner)[1]
+        ):
+            rows.append((key, "table of cells", "", fld.metadata.get("help", "")))
+            rows += reference_rows(get_args(inner)[1], f"{key}.<id>.")
+            continue
+        if dataclasses.is_dataclass(inner):
+            rows.append((key, "table", "", fld.metadata.get("help", "")))
+            rows += reference_rows(inner, f"{key}.")
+            continue
+        default = "" if _is_required(fld) else repr(
+            fld.default if fld.default is not dataclasses.MISSING else fld.default_factory()  # type: ignore[misc]
+        )
+        rows.append((key, _describe_type(tp), default, fld.metadata.get("help", "")))
+    return rows
+
+
+def _describe_type(tp: Any) -> str:
+    optional, inner = _is_optional(tp)
+    origin = get_origin(inner)
+    if origin is Literal:
+        text = " | ".join(repr(a) for a in get_args(inner))
+    elif origin is tuple:
+        text = f"array of {_describe_type(get_args(inner)[0])}"
+    elif origin in (Mapping, typing.Mapping):
+        text = "table of string"
+    elif dataclasses.is_dataclass(inner):
+        text = "table"
+    else:
+        text = {str: "string", int: "integer", bool: "boolean"}.get(inner, str(inner))
+    return f"{text} (optional)" if optional else text
