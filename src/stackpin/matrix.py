@@ -324,13 +324,36 @@ def pinned_wheels(cell: Cell) -> list[tuple[str, PinnedWheel]]:
     return _pinned_wheels(cell)
 
 
-def decode_matrix(data: Mapping[str, Any], *, source: str) -> Matrix:
-    """Decode parsed TOML into a Matrix, or raise with every problem of the file."""
+def decode_matrix_lenient(data: Mapping[str, Any]) -> tuple[Matrix | None, list[Problem]]:
+    """Decode as much as possible and return every problem found.
+
+    An unknown key is a problem but does not stop its table from decoding, so ``matrix
+    check`` can report a misspelled key together with the cross-check violations of the
+    same cell in one run.
+    """
     decoder = _Decoder()
     matrix = decoder.decode(Matrix, dict(data), "")
     problems = decoder.problems
     if isinstance(matrix, Matrix):
-        problems = problems + _structural_problems(matrix)
+        return matrix, problems + _structural_problems(matrix)
+    return None, problems
+
+
+def parse_toml(path: Path) -> dict[str, Any]:
+    """Read a matrix file's TOML, with errors that name the file and how to fix it."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        msg = f"{path}: no such matrix file; list the shipped ones with 'ls pinning/*.toml'"
+        raise ConfigurationError(msg) from None
+    except tomllib.TOMLDecodeError as exc:
+        msg = f"{path}: not valid TOML ({exc}); fix the syntax at that line"
+        raise ConfigurationError(msg) from None
+
+
+def decode_matrix(data: Mapping[str, Any], *, source: str) -> Matrix:
+    """Decode parsed TOML into a Matrix, or raise with every problem of the file."""
+    matrix, problems = decode_matrix_lenient(data)
     if problems:
         lines = [f"{source}: {p}" for p in problems]
         raise ConfigurationError(
@@ -343,15 +366,7 @@ def decode_matrix(data: Mapping[str, Any], *, source: str) -> Matrix:
 
 def load_matrix(path: Path) -> Matrix:
     """Read and decode one matrix file."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        msg = f"{path}: no such matrix file; list the shipped ones with 'ls pinning/*.toml'"
-        raise ConfigurationError(msg) from None
-    except tomllib.TOMLDecodeError as exc:
-        msg = f"{path}: not valid TOML ({exc}); fix the syntax at that line"
-        raise ConfigurationError(msg) from None
-    return decode_matrix(data, source=str(path))
+    return decode_matrix(parse_toml(path), source=str(path))
 
 
 def load_cells(paths: list[Path]) -> dict[str, Cell]:

@@ -1,0 +1,1 @@
+"""Thin click commands, one module per verb; the work happens in the core modules."""

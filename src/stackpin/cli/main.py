@@ -1,0 +1,64 @@
+"""The ``stackpin`` entry point: the command group, error-to-exit-code mapping, --debug."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from stackpin import __version__
+from stackpin.cli import registry
+from stackpin.errors import EXIT_INTERRUPTED, StackpinError
+
+
+class _Group(click.Group):
+    """Maps StackpinError to its exit code and one line on stderr (traceback with --debug)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except StackpinError as exc:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            click.echo(f"stackpin: {exc.kind} error: {exc.message}", err=True)
+            for line in exc.details[1:] if len(exc.details) > 1 else ():
+                click.echo(f"  {line}", err=True)
+            ctx.exit(exc.return_code)
+        except KeyboardInterrupt:
+            click.echo("stackpin: interrupted; nothing half-written was left behind", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="stackpin")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Pinned ABI matrices to verified, reproducible images and offline bundles.
+
+    \b
+    Typical flow for a cell (see 'stackpin matrix list'):
+      stackpin matrix check            consistency of every pinned wheel and label
+      stackpin wheels fetch CELL       fill the offline wheelhouse, write the lock
+      stackpin build CELL              offline build of the stable/enhanced images
+      stackpin verify CELL             run the verification suite in the image
+      stackpin bundle export CELL -o DIR   air-gap bundle
+
+    Exit codes: 0 ok, 2 usage, 3 configuration, 4 validation, 5 build,
+    6 verification, 7 bundle, 8 host environment, 130 interrupted.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+registry.register_all(cli)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="stackpin")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Write rendered build files to disk and stage a build context (wheels hard-linked in)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from stackpin.lock import Lock
+from stackpin.render import Rendered
+from stackpin.wheelhouse import locate
+
+EXECUTABLE = frozenset({"stackpin/entrypoint.sh"})
+
+
+def write_rendered(rendered: Rendered, folder: Path) -> None:
+    """Write the rendered files; the entrypoint is executable (COPY keeps the mode)."""
+    for rel, text in sorted(rendered.files.items()):
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        path.chmod(0o755 if rel in EXECUTABLE else 0o644)
+
+
+def stage_context(
+    rendered: Rendered, lock: Lock, *, root: Path, folder: Path, groups: tuple[str, ...]
+) -> Path:
+    """A complete build context: rendered files, verify/ and each layer's locked wheels.
+
+    Wheels are hard-linked when the filesystem allows (no copy of gigabytes), else copied.
+    The folder is rebuilt from scratch so no stale wheel can slip into a layer.
+    """
+    if folder.exists():
+        shutil.rmtree(folder)
+    write_rendered(rendered, folder)
+    shutil.copytree(
+        root / "verify", folder / "verify", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    for wheel in lock.wheels:
+        if wheel.group not in groups:
+            continue
+        target = folder / "wheels" / wheel.group / wheel.filename
+        _link_or_copy(locate(root, lock.cell, wheel.filename), target)
+    return folder
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

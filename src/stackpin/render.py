@@ -1,0 +1,229 @@
+"""Render a cell x variant into a Docker build context (pure: same input, same bytes).
+
+The result is a mapping of relative path -> text: the Dockerfile, one hash-locked
+requirements file per install layer, the build guard, the entrypoint and the image
+description (``stackpin/image.json``) that the in-image verification reads. Wheel files
+are not part of it: the build stages them beside these files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from stackpin.errors import ConfigurationError
+from stackpin.lock import GROUPS, Group, Lock, LockedWheel, stale_reason, wheel_name_version
+from stackpin.matrix import Cell, Variant, cell_json
+
+LABEL_PREFIX = "io.stackpin"
+
+_LAYER_TEXT: dict[Group, tuple[str, str]] = {
+    "vendor": (
+        "Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.",
+        "--no-deps so pip can never replace the vendor torch with a generic one from an index.",
+    ),
+    "stack": (
+        "Layer 2: the rest of the stack, every transitive wheel locked by sha256.",
+        "Changing one stack pin rebuilds from here; the torch layer above stays cached.",
+    ),
+    "attention": (
+        "Layer 3: FlashAttention (enhanced variant only), --no-deps.",
+        "Last, so the stable and enhanced images share every layer before it.",
+    ),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderRequest:
+    cell: Cell
+    variant: Variant
+    lock: Lock | None
+    templates_dir: Path
+    stackpin_version: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rendered:
+    files: Mapping[str, str]
+    labels: Mapping[str, str]
+    base_reference: str
+
+    @property
+    def dockerfile(self) -> str:
+        return self.files["Dockerfile"]
+
+
+def bootstrap_tag(cell: Cell) -> str:
+    """Image reference of a bootstrapped base: a digest of everything that shapes it."""
+    spec = cell.base.bootstrap
+    assert spec is not None
+    key = json.dumps(
+        {
+            "suite": spec.suite,
+            "mirror": spec.mirror,
+            "packages": sorted(spec.packages),
+            "variant": spec.mmdebstrap_variant,
+            "source_date_epoch": cell.source_date_epoch,
+            "cpu_arch": cell.cpu_arch,
+        },
+        sort_keys=True,
+    )
+    return f"stackpin/base-{spec.suite}:{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def base_reference(cell: Cell) -> str:
+    """What FROM names: the bootstrapped tag, or the image pinned by digest when known."""
+    if cell.base.bootstrap is not None:
+        return bootstrap_tag(cell)
+    if cell.base.digest:
+        return f"{cell.base.image.split('@')[0]}@{cell.base.digest}"
+    return cell.base.image
+
+
+def torch_version(cell: Cell) -> str:
+    return wheel_name_version(cell.torch.filename)[1]
+
+
+def image_tags(cell: Cell, variant: Variant, lock_digest: str) -> tuple[str, str]:
+    """The two tags of a built image: variant plus lock digest, and the moving variant tag."""
+    repo = f"stackpin/{cell.id}"
+    return f"{repo}:{variant}-{lock_digest[:12]}", f"{repo}:{variant}"
+
+
+def _rfc3339(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _attention(cell: Cell, variant: Variant) -> str:
+    return "flash_attn" if variant == "enhanced" and cell.attention is not None else "sdpa"
+
+
+def image_labels(req: RenderRequest) -> dict[str, str]:
+    cell, lock = req.cell, req.lock
+    lock_digest = lock.digest if lock else "unlocked"
+    labels = {
+        "org.opencontainers.image.title": f"stackpin/{cell.id}",
+        "org.opencontainers.image.description": cell.description,
+        "org.opencontainers.image.version": f"{req.variant}-{lock_digest[:12]}",
+        "org.opencontainers.image.created": _rfc3339(cell.source_date_epoch),
+        "org.opencontainers.image.vendor": "stackpin",
+        "org.opencontainers.image.base.name": base_reference(cell),
+        f"{LABEL_PREFIX}.cell": cell.id,
+        f"{LABEL_PREFIX}.variant": req.variant,
+        f"{LABEL_PREFIX}.platform": cell.platform,
+        f"{LABEL_PREFIX}.attention": _attention(cell, req.variant),
+        f"{LABEL_PREFIX}.lock-digest": lock_digest,
+        f"{LABEL_PREFIX}.source-date-epoch": str(cell.source_date_epoch),
+        f"{LABEL_PREFIX}.version": req.stackpin_version,
+        f"{LABEL_PREFIX}.cell-json": cell_json(cell),
+    }
+    if cell.base.digest:
+        labels["org.opencontainers.image.base.digest"] = cell.base.digest
+    return labels
+
+
+def image_info(req: RenderRequest) -> dict[str, Any]:
+    """What the image knows about itself (read by verify/ inside the container)."""
+    cell, lock = req.cell, req.lock
+    pins = dict(lock.pins()) if lock else {
+        **dict(cell.stack), "torch": torch_version(cell)
+    }
+    return {
+        "schema": 1,
+        "cell": cell.id,
+        "variant": req.variant,
+        "platform": cell.platform,
+        "lock_digest": lock.digest if lock else "unlocked",
+        "torch": torch_version(cell),
+        "numpy": cell.numpy,
+        "pins": dict(sorted(pins.items())),
+        "bitsandbytes": cell.bitsandbytes,
+        "env_script": cell.env_script,
+        "attention": _attention(cell, req.variant),
+    }
+
+
+def layer_groups(cell: Cell, variant: Variant) -> tuple[Group, ...]:
+    wanted = [g for g in GROUPS if g != "attention"]
+    if variant == "enhanced" and cell.attention is not None:
+        wanted.append("attention")
+    return tuple(wanted)
+
+
+def requirements_text(group: Group, wheels: tuple[LockedWheel, ...]) -> str:
+    lines = [f"# stackpin lock, layer '{group}': pip install --no-deps --require-hashes"]
+    lines += [f"{w.name}=={w.version} --hash=sha256:{w.sha256}" for w in wheels]
+    return "\n".join(lines) + "\n"
+
+
+def _environment(templates_dir: Path) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["shquote"] = shlex.quote
+    env.filters["dockerquote"] = dockerfile_quote
+    return env
+
+
+def dockerfile_quote(value: str) -> str:
+    """A double-quoted Dockerfile word: backslash, quote and $ escaped (no env expansion)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{escaped}"'
+
+
+def render(req: RenderRequest) -> Rendered:
+    """Render the build context text for one cell x variant."""
+    cell, variant, lock = req.cell, req.variant, req.lock
+    if variant not in cell.variants:
+        msg = f"cell '{cell.id}' builds {', '.join(cell.variants)}, not '{variant}'"
+        raise ConfigurationError(msg + f"; use --variant {cell.variants[0]}")
+    if lock is not None and (reason := stale_reason(lock, cell)):
+        msg = f"{cell.id}: lock is stale ({reason}); run 'stackpin wheels fetch {cell.id}'"
+        raise ConfigurationError(msg)
+    env = _environment(req.templates_dir)
+    groups = layer_groups(cell, variant)
+    labels = image_labels(req)
+    context = {
+        "cell": cell,
+        "variant": variant,
+        "stackpin_version": req.stackpin_version,
+        "lock_line": _lock_line(lock),
+        "base_reference": base_reference(cell),
+        "prefix": f"source {shlex.quote(cell.env_script)} && " if cell.env_script else "",
+        "layers": [
+            {"group": g, "title": _LAYER_TEXT[g][0], "why": _LAYER_TEXT[g][1]} for g in groups
+        ],
+        "torch_version": torch_version(cell),
+        "attention": _attention(cell, variant),
+        "runtime_env": sorted(cell.env.items()),
+        "labels": sorted(labels.items()),
+    }
+    files = {
+        "Dockerfile": env.get_template("Dockerfile.j2").render(context),
+        "stackpin/entrypoint.sh": env.get_template("entrypoint.sh.j2").render(context),
+        "stackpin/guard.py": (req.templates_dir / "guard.py").read_text(encoding="utf-8"),
+        "stackpin/image.json": json.dumps(image_info(req), indent=2, sort_keys=True) + "\n",
+    }
+    for group in groups:
+        wheels = lock.group(group) if lock else ()
+        files[f"wheels/{group}/requirements.txt"] = requirements_text(group, wheels)
+    return Rendered(files=files, labels=labels, base_reference=base_reference(cell))
+
+
+def _lock_line(lock: Lock | None) -> str:
+    if lock is None:
+        return "none yet (run `stackpin wheels fetch`); a build refuses an unlocked cell"
+    return f"{lock.digest} ({len(lock.wheels)} wheels)"

@@ -1,0 +1,78 @@
+"""Build-time guard run inside the install stage: fail the build when the environment
+is not the pinned one. Standard library only: it runs before anything is trusted.
+
+Exit 0 when every check holds; otherwise one line per broken check on stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as metadata
+import re
+import sys
+
+_OPS = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    match = re.match(r"\d+(\.\d+)*", version)
+    return tuple(int(p) for p in match.group(0).split(".")) if match else ()
+
+
+def _pad(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    width = max(len(a), len(b))
+    return a + (0,) * (width - len(a)), b + (0,) * (width - len(b))
+
+
+def satisfies(version: str, constraint: str) -> bool:
+    """A small PEP 440 subset (release numbers and the six comparison operators)."""
+    for clause in filter(None, (c.strip() for c in constraint.split(","))):
+        match = re.fullmatch(r"(<=|>=|==|!=|<|>)\s*([0-9][0-9.]*)", clause)
+        if match is None:
+            raise SystemExit(f"guard: cannot read numpy constraint {constraint!r}")
+        left, right = _pad(_release(version), _release(match.group(2)))
+        if not _OPS[match.group(1)](left, right):
+            return False
+    return True
+
+
+def problems(python_tag: str, torch_pin: str, numpy_constraint: str) -> list[str]:
+    found = []
+    running = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    if running != python_tag:
+        found.append(f"python is {running}, the cell pins {python_tag}")
+    torch = metadata.version("torch")
+    if torch != torch_pin:
+        found.append(f"torch is {torch}, the cell pins {torch_pin} (a wheel was swapped)")
+    try:
+        numpy = metadata.version("numpy")
+    except metadata.PackageNotFoundError:
+        numpy = ""
+    if numpy and not satisfies(numpy, numpy_constraint):
+        found.append(f"numpy is {numpy}, the cell requires numpy{numpy_constraint}")
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--python", required=True, help="CPython tag, e.g. cp311")
+    parser.add_argument("--torch", required=True, help="exact torch version with local label")
+    parser.add_argument("--numpy", required=True, help="numpy constraint, e.g. <2")
+    args = parser.parse_args()
+    found = problems(args.python, args.torch, args.numpy)
+    for line in found:
+        print(f"stackpin guard: {line}", file=sys.stderr)
+    if not found:
+        print(f"stackpin guard: python {args.python}, torch {args.torch}, numpy{args.numpy}: ok")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
