@@ -1,0 +1,84 @@
+"""Command line: argument parsing, the run, the printed summary, the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from stackpin_verify import LEVELS, environment, report
+from stackpin_verify.runner import make_context, run_levels
+
+EXIT_USAGE = 2
+
+
+def parse_levels(text: str) -> list[int]:
+    try:
+        levels = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        msg = f"--levels takes comma-separated numbers from {LEVELS[0]} to {LEVELS[-1]}: {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+    unknown = [level for level in levels if level not in LEVELS]
+    if unknown or not levels:
+        msg = f"unknown level(s) {unknown or text!r}; choose from {','.join(map(str, LEVELS))}"
+        raise argparse.ArgumentTypeError(msg)
+    return levels
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m stackpin_verify",
+        description="Verify that a stackpin image (or this host) computes, trains and "
+        "generates correctly. Writes report.json and report.xml.",
+    )
+    parser.add_argument("--levels", type=parse_levels, default=list(LEVELS),
+                        help="comma-separated levels to run (default: all, 0-7)")
+    parser.add_argument("--out-dir", type=Path, default=Path("verify-report"),
+                        help="where report.json and report.xml go (default: ./verify-report)")
+    parser.add_argument("--image-info", type=Path, default=None,
+                        help=f"image description (default: {environment.DEFAULT_IMAGE_INFO} "
+                        "when it exists)")
+    parser.add_argument("--dtype", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
+                        help="precision for attention and training checks (default: auto)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the JSON report instead of the summary table")
+    return parser
+
+
+def resolve_image_info(parser: argparse.ArgumentParser, given: Path | None) -> Path | None:
+    if given is None:
+        default = environment.DEFAULT_IMAGE_INFO
+        return default if default.exists() else None
+    if not given.exists():
+        parser.error(f"--image-info {given} does not exist")
+    return given
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    image_path = resolve_image_info(parser, args.image_info)
+    start = time.perf_counter()
+    ctx = make_context(image_path=image_path, dtype_choice=args.dtype, out_dir=args.out_dir)
+    checks, durations = run_levels(ctx, args.levels)
+    result = report.build_report(
+        checks=checks,
+        host=environment.host_info(),
+        image=ctx.image,
+        backend=ctx.backend,
+        versions=environment.versions(),
+        devices=environment.devices(),
+        duration_s=time.perf_counter() - start,
+    )
+    json_path, xml_path = report.write_reports(result, args.out_dir)
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print(report.summary_table(result))
+        print("per level: " + ", ".join(f"L{lvl} {sec:.1f} s" for lvl, sec in durations.items()))
+        print(f"reports: {json_path} {xml_path}")
+    sys.stdout.flush()
+    return report.exit_code(result)

@@ -1,0 +1,249 @@
+"""L0 environment: versions against the image's pins, backend, devices, cgroups, DTK env."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import torch
+
+from stackpin_verify import environment
+from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
+from stackpin_verify.context import Context
+
+_PLATFORM_BACKEND = {"cpu": "cpu", "cuda": "cuda", "rocm": "rocm", "dtk": "rocm"}
+_SPEC = re.compile(r"^\s*(==|!=|<=|>=|<|>)\s*([0-9][0-9.]*)\s*$")
+
+
+def run(ctx: Context) -> list[CheckResult]:
+    checks: list[tuple[str, Callable[[], Metrics], bool]] = [
+        ("L0.image_info", lambda: check_image_info(ctx), True),
+        ("L0.python", check_python, True),
+        ("L0.backend", lambda: check_backend(ctx), True),
+        ("L0.devices", lambda: check_devices(ctx), True),
+        ("L0.torch_version", lambda: check_torch_version(ctx), True),
+        ("L0.numpy", lambda: check_numpy(ctx), True),
+        ("L0.pins", lambda: check_pins(ctx), True),
+        ("L0.dtk_env", lambda: check_dtk_env(ctx), True),
+        ("L0.cgroup", check_cgroup, False),
+    ]
+    return [run_check(name, fn, required=req) for name, fn, req in checks]
+
+
+def check_image_info(ctx: Context) -> Metrics:
+    if ctx.image_error:
+        raise CheckFailed(ctx.image_error)
+    if ctx.image is None:
+        msg = "no image info (not inside a stackpin image); version-vs-pin checks skip"
+        raise Skip(msg)
+    return {key: ctx.image.get(key) for key in ("cell", "variant", "platform", "lock_digest")}
+
+
+def check_python() -> Metrics:
+    return {"version": platform.python_version(), "executable": sys.executable}
+
+
+def judge_backend(backend: str, image_platform: str) -> str | None:
+    expected = _PLATFORM_BACKEND.get(image_platform)
+    if expected is None:
+        return f"image platform {image_platform!r} is not one of {sorted(_PLATFORM_BACKEND)}"
+    if backend != expected:
+        return (
+            f"backend is {backend!r} but the image is built for {image_platform!r} "
+            f"(expected {expected!r}): wrong torch build or no device visible"
+        )
+    return None
+
+
+def check_backend(ctx: Context) -> Metrics:
+    metrics: Metrics = {
+        "backend": ctx.backend,
+        "torch_version_hip": getattr(torch.version, "hip", None),
+        "torch_version_cuda": getattr(torch.version, "cuda", None),
+        "cuda_is_available": torch.cuda.is_available(),
+    }
+    platform_name = ctx.image_field("platform")
+    if platform_name:
+        require(judge_backend(ctx.backend, platform_name), metrics)
+    return metrics
+
+
+def judge_devices(count: int, image_platform: str) -> str | None:
+    if image_platform in ("cuda", "rocm", "dtk") and count == 0:
+        hint = "--gpus" if image_platform == "cuda" else "/dev/kfd, /dev/dri (and /dev/mkfd)"
+        return f"{image_platform} image but no device is visible: pass the device flags ({hint})"
+    return None
+
+
+def check_devices(ctx: Context) -> Metrics:
+    found = environment.devices()
+    metrics: Metrics = {"count": len(found), "devices": found}
+    require(judge_devices(len(found), ctx.image_field("platform")), metrics)
+    return metrics
+
+
+def local_label(version: str) -> str:
+    return version.partition("+")[2]
+
+
+def judge_torch_version(actual: str, pinned: str) -> str | None:
+    """Exact equality, local label included: the label is what tells a vendor DTK build
+    (``+das.opt1.dtk2604``) from a generic wheel pip may have swapped in."""
+    if actual == pinned:
+        return None
+    return (
+        f"torch {actual} differs from the pin {pinned} (local label "
+        f"{local_label(actual) or '<none>'!r} vs pinned {local_label(pinned) or '<none>'!r})"
+    )
+
+
+def check_torch_version(ctx: Context) -> Metrics:
+    actual = str(torch.__version__)
+    pinned = str((ctx.image or {}).get("torch") or ctx.pins.get("torch") or "")
+    if not pinned:
+        msg = "no torch pin in image info"
+        raise Skip(msg)
+    metrics: Metrics = {"actual": actual, "pinned": pinned}
+    require(judge_torch_version(actual, pinned), metrics)
+    return metrics
+
+
+def _release(version: str) -> tuple[int, ...]:
+    match = re.match(r"\d+(\.\d+)*", version)
+    if match is None:
+        msg = f"cannot parse version {version!r}"
+        raise ValueError(msg)
+    return tuple(int(part) for part in match.group(0).split("."))
+
+
+def satisfies(version: str, constraint: str) -> bool:
+    """A small subset of PEP 440 specifiers (``<2``, ``>=1.26,<2``), enough for the pins
+    images record, without depending on ``packaging``."""
+    actual = _release(version)
+    for clause in filter(None, (c.strip() for c in constraint.split(","))):
+        match = _SPEC.match(clause)
+        if match is None:
+            msg = f"unsupported version constraint {clause!r}"
+            raise ValueError(msg)
+        op, bound_text = match.groups()
+        bound = _release(bound_text)
+        width = max(len(actual), len(bound))
+        left = actual + (0,) * (width - len(actual))
+        right = bound + (0,) * (width - len(bound))
+        ok = {
+            "==": left == right,
+            "!=": left != right,
+            "<": left < right,
+            "<=": left <= right,
+            ">": left > right,
+            ">=": left >= right,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+def judge_numpy(version: str | None, constraint: str) -> str | None:
+    if version is None:
+        return f"numpy is not installed but the image requires numpy{constraint}"
+    if not satisfies(version, constraint):
+        return (
+            f"numpy {version} violates the image constraint numpy{constraint}: "
+            "numpy 2 breaks these torch builds silently at import or first op"
+        )
+    return None
+
+
+def numpy_roundtrip() -> str | None:
+    """A real torch<->numpy exchange: an ABI mismatch shows up here, not at import."""
+    import numpy as np
+
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    tensor = torch.from_numpy(array) * 2
+    back = tensor.numpy()
+    if back.tolist() != (array * 2).tolist():
+        return f"torch<->numpy round trip gave {back.tolist()}"
+    return None
+
+
+def check_numpy(ctx: Context) -> Metrics:
+    version = environment.dist_version("numpy")
+    constraint = str((ctx.image or {}).get("numpy") or "")
+    metrics: Metrics = {"version": version, "constraint": constraint or None}
+    if constraint:
+        require(judge_numpy(version, constraint), metrics)
+    if version is None:
+        msg = "numpy is not installed and the image sets no numpy constraint"
+        raise Skip(msg)
+    require(numpy_roundtrip(), metrics)
+    return metrics
+
+
+def judge_pins(pins: Mapping[str, str], installed: Mapping[str, str | None]) -> str | None:
+    problems = []
+    for dist, pinned in sorted(pins.items()):
+        actual = installed.get(dist)
+        if actual is None:
+            problems.append(f"{dist}: pinned {pinned}, not installed")
+        elif actual != pinned:
+            problems.append(f"{dist}: pinned {pinned}, installed {actual}")
+    if problems:
+        return "installed versions differ from the pins: " + "; ".join(problems)
+    return None
+
+
+def check_pins(ctx: Context) -> Metrics:
+    if ctx.image is None:
+        msg = "no image info: nothing to compare against"
+        raise Skip(msg)
+    installed = {dist: environment.dist_version(dist) for dist in ctx.pins}
+    metrics: Metrics = {"pinned": len(ctx.pins), "installed": installed}
+    require(judge_pins(ctx.pins, installed), metrics)
+    return metrics
+
+
+def judge_dtk_env(
+    env_script: str,
+    environ: Mapping[str, str],
+    exists: Callable[[str], bool],
+) -> str | None:
+    """The DTK env script must exist and have been sourced: forgetting it fails late and
+    confusingly (dcu-facts), so check the variables it exports point at a real tree."""
+    if not exists(env_script):
+        return f"DTK env script {env_script} does not exist"
+    for var in ("ROCM_PATH", "DTK_PATH"):
+        value = environ.get(var, "")
+        if value and exists(value):
+            return None
+    seen = {var: environ.get(var) for var in ("ROCM_PATH", "DTK_PATH")}
+    return (
+        f"DTK env not loaded: neither ROCM_PATH nor DTK_PATH names an existing directory "
+        f"({seen}); source {env_script} in the entrypoint"
+    )
+
+
+def check_dtk_env(ctx: Context) -> Metrics:
+    env_script = ctx.image_field("env_script")
+    if not env_script:
+        msg = "image declares no DTK env script"
+        raise Skip(msg)
+    metrics: Metrics = {
+        "env_script": env_script,
+        "ROCM_PATH": os.environ.get("ROCM_PATH"),
+        "DTK_PATH": os.environ.get("DTK_PATH"),
+    }
+    require(judge_dtk_env(env_script, os.environ, lambda p: Path(p).exists()), metrics)
+    return metrics
+
+
+def check_cgroup() -> Metrics:
+    return {
+        "cpu_count": os.cpu_count(),
+        "cgroup_cpus": environment.cgroup_cpus(),
+        "cgroup_memory_bytes": environment.cgroup_memory_bytes(),
+        "torch_threads": torch.get_num_threads(),
+    }
