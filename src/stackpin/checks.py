@@ -208,15 +208,15 @@ def _foreign_label(ctx: _Context, wheel: _Wheel, info: WheelInfo) -> Iterator[Vi
     if wheel.path == "torch":
         return
     cell = ctx.cell
-    for platform, description in _label_builds(info):
-        if platform != cell.platform:
-            yield ctx.violation(
-                f"{wheel.path}.filename",
-                f"a {_platform_name(cell)} build",
-                f"{description} (label {info.local})",
-                f"choose the {info.dist} wheel built for {_platform_name(cell)}",
-            )
-    if cell.is_dtk and info.dtk is None:
+    foreign = [d for platform, d in _label_builds(info) if platform != cell.platform]
+    for description in foreign:
+        yield ctx.violation(
+            f"{wheel.path}.filename",
+            f"a {_platform_name(cell)} build",
+            f"{description} (label {info.local})",
+            f"choose the {info.dist} wheel built for {_platform_name(cell)}",
+        )
+    if cell.is_dtk and info.dtk is None and not foreign:
         # An unlabelled attention wheel cannot be a DTK build; other vendor wheels may
         # carry their own naming, so those only get a warning.
         severity: Severity = "error" if wheel.path == "attention" else "warning"
