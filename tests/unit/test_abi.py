@@ -370,3 +370,10 @@ def test_parse_base_reference_ignores_a_digest():
 )
 def test_parse_base_reference_returns_none_outside_the_pattern(ref):
     assert parse_base_reference(ref) is None
+
+
+def test_build_tag_does_not_shift_the_other_fields():
+    info = parse_wheel_filename(f"torch-2.9.0+das.opt1.dtk2604-1-{M228}.whl")
+    assert (info.dist, info.version, info.python_tag, info.platform_tag) == (
+        "torch", "2.9.0+das.opt1.dtk2604", "cp310", "manylinux_2_28_x86_64",
+    )
