@@ -166,8 +166,9 @@ def build_lock(
         )
     problems += _duplicate_dists(wheels) + _stack_mismatches(cell, wheels)
     if problems:
+        msg = f"{cell.id}: the wheelhouse does not fit the cell: {problems[0]}"
         raise ValidationError(
-            f"{cell.id}: the wheelhouse does not fit the cell: {problems[0]}", details=problems
+            msg, details=problems
         )
     order = {g: i for i, g in enumerate(GROUPS)}
     wheels.sort(key=lambda w: (order[w.group], w.name, w.filename))

@@ -94,8 +94,8 @@ class RunFlags:
         default=(), metadata=_doc("host:container[:ro] mounts, e.g. /opt/hyhal:/opt/hyhal:ro.")
     )
     shm_size: str = field(default="", metadata=_doc("Shared memory size, e.g. 32g."))
-    gpus: str = field(default="", metadata=_doc("GPU device request for CUDA ('all'); empty = none."))
-    ipc: str = field(default="", metadata=_doc("IPC mode, e.g. host for multi-card; empty = default."))
+    gpus: str = field(default="", metadata=_doc("CUDA GPU request ('all'); empty = none."))
+    ipc: str = field(default="", metadata=_doc("IPC mode (host for multi-card); empty = default."))
     cap_add: tuple[str, ...] = field(default=(), metadata=_doc("Added capabilities (SYS_PTRACE)."))
     security_opt: tuple[str, ...] = field(default=(), metadata=_doc("Security options."))
 
@@ -117,7 +117,8 @@ class Cell:
     python: str = field(metadata=_doc("CPython tag, e.g. cp310."))
     glibc: str = field(metadata=_doc("glibc of the base; wheels must not need a newer one."))
     variants: tuple[Variant, ...] = field(
-        default=("stable",), metadata=_doc("Variants built: stable (SDPA), enhanced (FlashAttention).")
+        default=("stable",),
+        metadata=_doc("Variants built: stable (SDPA), enhanced (FlashAttention)."),
     )
     source_date_epoch: int = field(
         default=0, metadata=_doc("SOURCE_DATE_EPOCH for every timestamp in the image.")
@@ -271,9 +272,8 @@ class _Decoder:
                     self.fail(f"{dotted}{name}", "required key is missing")
                 continue
             kwargs[name] = self.decode(hints[name], value[name], f"{dotted}{name}")
-        if len(kwargs) < sum(_is_required(f) for f in fields.values()) or any(
-            v is _INVALID for v in kwargs.values()
-        ):
+        missing = any(_is_required(f) and n not in kwargs for n, f in fields.items())
+        if missing or any(v is _INVALID for v in kwargs.values()):
             return _INVALID
         return cls(**kwargs)
 
@@ -356,8 +356,9 @@ def decode_matrix(data: Mapping[str, Any], *, source: str) -> Matrix:
     matrix, problems = decode_matrix_lenient(data)
     if problems:
         lines = [f"{source}: {p}" for p in problems]
+        msg = f"{source}: {len(problems)} problem(s) in the matrix; first: {problems[0]}"
         raise ConfigurationError(
-            f"{source}: {len(problems)} problem(s) in the matrix; first: {problems[0]}",
+            msg,
             details=lines,
         )
     assert isinstance(matrix, Matrix)
@@ -376,7 +377,7 @@ def load_cells(paths: list[Path]) -> dict[str, Cell]:
     for path in paths:
         for cell_id, cell in load_matrix(path).cells.items():
             if cell_id in cells:
-                msg = f"cell '{cell_id}' is defined in both {origin[cell_id]} and {path}; rename one"
+                msg = f"cell '{cell_id}' is in both {origin[cell_id]} and {path}; rename one"
                 raise ConfigurationError(msg)
             cells[cell_id] = cell
             origin[cell_id] = path
@@ -453,9 +454,7 @@ def _dataclass_schema(cls: Any) -> dict[str, Any]:
         if fld.metadata.get("from_key"):
             continue
         prop = _schema_for(hints[fld.name], fld.metadata.get("help", ""))
-        default = fld.default
-        if fld.default_factory is not dataclasses.MISSING:
-            default = fld.default_factory()
+        default = _default_of(fld)
         if default is not dataclasses.MISSING and not dataclasses.is_dataclass(default):
             prop["default"] = list(default) if isinstance(default, tuple) else default
         properties[fld.name] = prop
@@ -492,11 +491,15 @@ def reference_rows(cls: Any = Matrix, prefix: str = "") -> list[tuple[str, str, 
             rows.append((key, "table", "", fld.metadata.get("help", "")))
             rows += reference_rows(inner, f"{key}.")
             continue
-        default = "" if _is_required(fld) else repr(
-            fld.default if fld.default is not dataclasses.MISSING else fld.default_factory()  # type: ignore[misc]
-        )
+        default = "" if _is_required(fld) else repr(_default_of(fld))
         rows.append((key, _describe_type(tp), default, fld.metadata.get("help", "")))
     return rows
+
+
+def _default_of(fld: dataclasses.Field[Any]) -> Any:
+    if fld.default_factory is not dataclasses.MISSING:
+        return fld.default_factory()
+    return fld.default
 
 
 def _describe_type(tp: Any) -> str:

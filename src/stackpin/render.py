@@ -80,11 +80,14 @@ def bootstrap_tag(cell: Cell) -> str:
 
 
 def base_reference(cell: Cell) -> str:
-    """What FROM names: the bootstrapped tag, or the image pinned by digest when known."""
+    """What FROM names: the bootstrapped tag, or the base image reference.
+
+    A pinned digest is checked by the build before Docker starts, not written into FROM:
+    a base loaded from a `docker save` tar (the usual air-gapped case) has no registry
+    digest, and FROM name@sha256:<image id> would not resolve.
+    """
     if cell.base.bootstrap is not None:
         return bootstrap_tag(cell)
-    if cell.base.digest:
-        return f"{cell.base.image.split('@')[0]}@{cell.base.digest}"
     return cell.base.image
 
 
@@ -152,7 +155,7 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
 
 
 def layer_groups(cell: Cell, variant: Variant) -> tuple[Group, ...]:
-    wanted = [g for g in GROUPS if g != "attention"]
+    wanted: list[Group] = [g for g in GROUPS if g != "attention"]
     if variant == "enhanced" and cell.attention is not None:
         wanted.append("attention")
     return tuple(wanted)

@@ -100,7 +100,9 @@ def resolve_requirements(cell: Cell, vendor_files: Mapping[str, Path]) -> str:
 def locked_requirements(lock: Lock) -> str:
     """Requirements that re-download exactly the lock's index wheels, hash-checked."""
     lines = [
-        f"{w.name}=={w.version} --hash=sha256:{w.sha256}" for w in lock.wheels if w.source == "index"
+        f"{w.name}=={w.version} --hash=sha256:{w.sha256}"
+        for w in lock.wheels
+        if w.source == "index"
     ]
     return "\n".join(lines) + "\n"
 
@@ -218,7 +220,9 @@ def fetch(
         requirements = Path(tmp) / "requirements.txt"
         text = locked_requirements(lock) if locked and lock else resolve_requirements(cell, vendors)
         requirements.write_text(text, encoding="utf-8")
-        argv = pip_download_argv(cell, dest=staging, requirements=requirements, with_deps=not locked)
+        argv = pip_download_argv(
+            cell, dest=staging, requirements=requirements, with_deps=not locked
+        )
         on_line(f"pip download for {cell.python} / {cell.cpu_arch} / glibc {cell.glibc}")
         if runner(argv, on_line) != 0:
             msg = (
@@ -257,8 +261,11 @@ def require_complete(lock: Lock, cell: Cell, root: Path) -> None:
         msg = f"{cell.id}: {unpinned[0]} has no sha256 in the lock; run 'stackpin wheels fetch'"
         raise ValidationError(msg)
     if mismatches := verify_wheelhouse(lock, root):
-        raise ValidationError(
+        msg_0 = (
             f"{cell.id}: wheelhouse does not match the lock: {mismatches[0]}; "
-            f"re-fetch with 'stackpin wheels fetch {cell.id}'",
+            f"re-fetch with 'stackpin wheels fetch {cell.id}'"
+        )
+        raise ValidationError(
+            msg_0,
             details=[str(m) for m in mismatches],
         )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
+from tests.conftest import CPU_CELL, K100_CELL, ROOT
 
 from stackpin.errors import ConfigurationError
 from stackpin.lock import read_lock
@@ -18,7 +18,6 @@ from stackpin.render import (
     image_tags,
     render,
 )
-from tests.conftest import CPU_CELL, K100_CELL, ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
 UPDATE = os.environ.get("STACKPIN_UPDATE_GOLDEN") == "1"
@@ -152,8 +151,18 @@ def test_base_reference_pins_digest_and_bootstrap_tag(shipped_cells):
     k100 = shipped_cells[K100_CELL]
     digest = "sha256:" + "a" * 64
     pinned = dataclasses.replace(k100, base=dataclasses.replace(k100.base, digest=digest))
-    assert base_reference(pinned).endswith("@" + digest)
+    assert base_reference(pinned) == k100.base.image
+    assert image_labels_of(pinned)["org.opencontainers.image.base.digest"] == digest
     assert base_reference(shipped_cells[CPU_CELL]).startswith("stackpin/base-bookworm:")
+
+
+def image_labels_of(cell):
+    from stackpin.render import image_labels
+
+    return image_labels(
+        RenderRequest(cell=cell, variant="stable", lock=None, templates_dir=ROOT / "templates",
+                      stackpin_version="0.1.0")
+    )
 
 
 def test_image_tags():

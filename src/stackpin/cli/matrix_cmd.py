@@ -76,7 +76,8 @@ def check(files: tuple[Path, ...], as_json: bool) -> None:
         msg = f"{len(problems)} malformed setting(s) and {len(errors)} violation(s); see above"
         raise ConfigurationError(msg)
     if errors:
-        raise ValidationError(f"{len(errors)} violation(s) in {len(cells)} cell(s); see above")
+        msg_0 = f"{len(errors)} violation(s) in {len(cells)} cell(s); see above"
+        raise ValidationError(msg_0)
 
 
 def _json_result(

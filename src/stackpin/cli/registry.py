@@ -1,4 +1,4 @@
-"""One place that lists the verb modules; each exposes a click command or group named ``command``."""
+"""One place that lists the verb modules; each exposes a click command or group ``command``."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from stackpin.cli.common import DEFAULT_CELL, cell_by_id, project_root
 from stackpin.context import write_rendered
 from stackpin.lock import read_lock
 from stackpin.matrix import VARIANTS
-from stackpin.render import RenderRequest, Rendered, render
+from stackpin.render import Rendered, RenderRequest, render
 
 
 def render_cell(cell_id: str, variant: str, root: Path) -> Rendered:

@@ -67,9 +67,12 @@ def verify_cmd(cell_id: str, as_json: bool) -> None:
         for mismatch in mismatches:
             click.echo(f"MISMATCH {mismatch}")
     if mismatches:
-        raise ValidationError(
+        msg_0 = (
             f"{cell.id}: {len(mismatches)} of {len(lock.wheels)} wheels differ from the lock; "
             f"re-fetch with 'stackpin wheels fetch {cell.id}'"
+        )
+        raise ValidationError(
+            msg_0
         )
     if not as_json:
         click.echo(f"wheelhouse of {cell.id}: {len(lock.wheels)} wheels match the lock")

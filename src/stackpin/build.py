@@ -1,0 +1,216 @@
+"""Build a cell's images: refuse bad input before Docker works, then one offline build.
+
+Order of a build, each step able to stop it with a one-line error:
+1. preflight (pure): cross-checks, pinned hashes, lock current and complete, wheelhouse
+   identical to the lock;
+2. base: bootstrapped from Debian packages, or an image present locally / loaded from a
+   tar / pulled, and checked against its pinned digest;
+3. context staged under build/context/<cell>-<variant>/ (rendered files, verify/, the
+   locked wheels hard-linked);
+4. the classic builder runs with network_mode "none", so every RUN step is offline: a
+   green build proves the site can rebuild air-gapped from the wheelhouse.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from stackpin import __version__
+from stackpin.checks import check_cell
+from stackpin.context import stage_context
+from stackpin.engine import BuildRequest, BuildResult, Engine, RunRequest, digest_matches
+from stackpin.errors import HostEnvironmentError, ValidationError
+from stackpin.lock import Lock, atomic_write
+from stackpin.matrix import Cell, Variant, pinned_wheels
+from stackpin.render import (
+    Rendered,
+    RenderRequest,
+    base_reference,
+    image_tags,
+    layer_groups,
+    render,
+)
+from stackpin.wheelhouse import require_complete
+
+LineSink = Callable[[str], None]
+
+
+def preflight(cell: Cell, lock: Lock | None, root: Path) -> Lock:
+    """Everything that must hold before Docker does any work; returns the usable lock."""
+    errors = [v for v in check_cell(cell) if v.severity == "error"]
+    if errors:
+        msg = f"{errors[0]} ({len(errors)} violation(s); 'stackpin matrix check' lists all)"
+        raise ValidationError(
+            msg,
+            details=[str(v) for v in errors],
+        )
+    for where, wheel in pinned_wheels(cell):
+        if not wheel.sha256 and (where != "attention" or "enhanced" in cell.variants):
+            msg = (
+                f"{cell.id}: {where} {wheel.filename} is unpinned (empty sha256); a build "
+                f"installs only pinned vendor wheels: set it from `sha256sum wheels/vendor/"
+                f"{wheel.filename}`"
+            )
+            raise ValidationError(msg)
+    if lock is None:
+        msg = f"{cell.id} has no lock: run 'stackpin wheels fetch {cell.id}' first"
+        raise ValidationError(msg)
+    require_complete(lock, cell, root)
+    return lock
+
+
+def ensure_base(
+    engine: Engine, cell: Cell, *, root: Path, base_tar: Path | None, on_line: LineSink
+) -> str:
+    """Make the base named in FROM exist locally; return its image ID."""
+    reference = base_reference(cell)
+    if cell.base.bootstrap is not None:
+        info = engine.image_info(reference)
+        if info is None:
+            from stackpin.bootstrap import bootstrap_image, bootstrap_request
+
+            built = bootstrap_image(
+                engine, bootstrap_request(cell), cache_dir=root / "build" / "cache",
+                on_line=on_line,
+            )
+            engine.tag(built, reference)
+            info = engine.image_info(reference)
+        assert info is not None
+        return info.id
+    if base_tar is not None:
+        on_line(f"base: loading {base_tar}")
+        engine.load(base_tar)
+    info = engine.image_info(reference)
+    if info is None:
+        on_line(f"base: pulling {reference}")
+        info = engine.pull(reference)
+    if cell.base.digest and not digest_matches(info, cell.base.digest):
+        msg = (
+            f"base {reference} is {info.id}, not the pinned {cell.base.digest}: load the "
+            "pinned base (--base-tar) or re-pin base.digest after reviewing the new one"
+        )
+        raise ValidationError(msg)
+    return info.id
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPlan:
+    """What one variant's build will do; built before Docker is touched (tests assert on it)."""
+
+    cell: Cell
+    variant: Variant
+    lock: Lock
+    rendered: Rendered
+    context_dir: Path
+    request: BuildRequest
+
+
+def plan(
+    cell: Cell,
+    variant: Variant,
+    lock: Lock,
+    *,
+    root: Path,
+    no_cache: bool,
+    provenance: dict[str, str],
+) -> BuildPlan:
+    """Render and describe the build (pure apart from reading templates)."""
+    rendered = render(
+        RenderRequest(
+            cell=cell, variant=variant, lock=lock, templates_dir=root / "templates",
+            stackpin_version=__version__,
+        )
+    )
+    context_dir = root / "build" / "context" / f"{cell.id}-{variant}"
+    request = BuildRequest(
+        context_dir=context_dir,
+        tags=image_tags(cell, variant, lock.digest),
+        # Build-time labels hold what the pure render cannot know (the source commit).
+        labels=provenance,
+        network_mode="none",
+        nocache=no_cache,
+        log_path=root / "build" / "logs" / f"{cell.id}-{variant}.log",
+    )
+    return BuildPlan(cell=cell, variant=variant, lock=lock, rendered=rendered,
+                     context_dir=context_dir, request=request)
+
+
+def stage(plan_: BuildPlan, root: Path) -> None:
+    stage_context(
+        plan_.rendered, plan_.lock, root=root, folder=plan_.context_dir,
+        groups=layer_groups(plan_.cell, plan_.variant),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRecord:
+    """What a finished build measured; `stackpin images` and the benchmarks read it."""
+
+    cell: str
+    variant: str
+    image_id: str
+    tags: tuple[str, ...]
+    lock_digest: str
+    seconds: float
+    steps: int
+    cached_steps: int
+    image_size: int
+    base_size: int
+    env_size: int
+    log_path: str
+
+    def to_json(self) -> dict[str, object]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+
+
+def record_path(root: Path, cell_id: str, variant: str) -> Path:
+    return root / "build" / "records" / f"{cell_id}-{variant}.json"
+
+
+def measure_env_size(engine: Engine, image: str) -> int:
+    """Bytes under /opt/stackpin in the image (the installed environment), via du."""
+    result = engine.run_to_completion(
+        RunRequest(image=image, entrypoint=("du",), command=("-sb", "/opt/stackpin"),
+                   network_mode="none"),
+        timeout_s=300,
+    )
+    if result.exit_code != 0:
+        msg = f"cannot measure /opt/stackpin in {image}: {result.logs.strip()[:200]}"
+        raise HostEnvironmentError(msg)
+    return int(result.stdout.split()[0])
+
+
+def execute(
+    engine: Engine, plan_: BuildPlan, *, root: Path, base_id: str, on_line: LineSink
+) -> BuildRecord:
+    """Stage the context, build, measure, and write the build record atomically."""
+    stage(plan_, root)
+    started = time.monotonic()
+    result: BuildResult = engine.build(plan_.request, on_line=on_line)
+    seconds = time.monotonic() - started
+    image = engine.image_info(result.image_id)
+    base = engine.image_info(base_id)
+    assert image is not None
+    assert base is not None
+    record = BuildRecord(
+        cell=plan_.cell.id, variant=plan_.variant, image_id=result.image_id, tags=result.tags,
+        lock_digest=plan_.lock.digest, seconds=round(seconds, 2), steps=result.steps,
+        cached_steps=result.cached_steps, image_size=image.size, base_size=base.size,
+        env_size=measure_env_size(engine, result.image_id), log_path=str(result.log_path),
+    )
+    path = record_path(root, plan_.cell.id, plan_.variant)
+    with atomic_write(path) as tmp:
+        tmp.write_text(json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
+    return record
+
+
+def read_record(root: Path, cell_id: str, variant: str) -> dict[str, object] | None:
+    path = record_path(root, cell_id, variant)
+    if not path.exists():
+        return None
+    data: dict[str, object] = json.loads(path.read_text(encoding="utf-8"))
+    return data

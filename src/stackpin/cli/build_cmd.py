@@ -1,0 +1,94 @@
+"""``stackpin build``: offline image builds of a cell's variants."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import click
+
+from stackpin import __version__
+from stackpin.build import ensure_base, execute, plan, preflight
+from stackpin.cli.common import DEFAULT_CELL, cell_by_id, echo_json, json_option, project_root
+from stackpin.cli.progress import StepProgress
+from stackpin.engine import Engine
+from stackpin.errors import ConfigurationError
+from stackpin.lock import read_lock
+from stackpin.matrix import VARIANTS, Cell, Variant
+
+
+def selected_variants(cell: Cell, choice: str) -> tuple[Variant, ...]:
+    if choice == "all":
+        return cell.variants
+    if choice not in cell.variants:
+        msg = f"cell '{cell.id}' builds {', '.join(cell.variants)}, not '{choice}'"
+        raise ConfigurationError(msg + "; pick one of those or --variant all")
+    return tuple(v for v in cell.variants if v == choice)
+
+
+def source_commit(root: Path) -> str:
+    """HEAD of the checkout, '+dirty' when tracked files differ; 'unknown' outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{head}+dirty" if dirty else head
+
+
+def provenance_labels(root: Path) -> dict[str, str]:
+    commit = source_commit(root)
+    return {
+        "org.opencontainers.image.revision": commit,
+        "io.stackpin.source-commit": commit,
+        "io.stackpin.version": __version__,
+    }
+
+
+@click.command(name="build")
+@click.argument("cell_id", default=DEFAULT_CELL, metavar="[CELL]")
+@click.option("--variant", type=click.Choice([*VARIANTS, "all"]), default="all",
+              show_default=True, help="Which image(s) of the cell to build.")
+@click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
+@click.option("--base-tar", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Load the base image from this `docker save` tar first (air-gapped sites).")
+@click.option("-v", "--verbose", is_flag=True, help="Print every build line, not just steps.")
+@json_option
+def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None, verbose: bool,
+            as_json: bool) -> None:
+    """Build CELL's images offline from the locked wheelhouse (default: CPU default cell).
+
+    Refuses, before Docker does any work: matrix violations, unpinned vendor hashes, a
+    missing/stale/incomplete lock, a wheelhouse that differs from the lock. Every RUN
+    step runs with networking disabled. Images are tagged
+    stackpin/CELL:VARIANT-<lock digest 12 hex> and stackpin/CELL:VARIANT. The full log
+    is saved under build/logs/CELL-VARIANT.log.
+    """
+    root = project_root()
+    cell = cell_by_id(cell_id, root)
+    variants = selected_variants(cell, variant)
+    lock = preflight(cell, read_lock(root, cell.id), root)
+    progress = StepProgress(verbose=verbose)
+    records = []
+    with Engine.connect() as engine:
+        base_id = ensure_base(engine, cell, root=root, base_tar=base_tar, on_line=progress)
+        for name in variants:
+            build_plan = plan(cell, name, lock, root=root, no_cache=no_cache,
+                              provenance=provenance_labels(root))
+            record = execute(engine, build_plan, root=root, base_id=base_id, on_line=progress)
+            progress.done()
+            records.append(record)
+            if not as_json:
+                click.echo(
+                    f"build: {record.tags[0]} ({record.image_id[7:19]}, "
+                    f"{record.image_size / 2**20:.0f} MiB, {record.cached_steps}/{record.steps} "
+                    f"steps cached, {record.seconds:.0f} s); log {record.log_path}"
+                )
+    if as_json:
+        echo_json([r.to_json() for r in records])
