@@ -1,0 +1,90 @@
+"""`stackpin report grid`: one compatibility grid from many verification reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stackpin import grid as gridlib
+from stackpin.cli.common import project_root
+from stackpin.errors import ConfigurationError, VerificationError
+from stackpin.lock import write_text_atomic
+from stackpin.matrix import Cell, load_cells
+
+
+def _report_files(paths: tuple[Path, ...]) -> list[Path]:
+    """Files as given; a directory (a downloaded CI artifact) adds every *.json under it."""
+    files: list[Path] = []
+    for path in paths:
+        files += sorted(path.rglob("*.json")) if path.is_dir() else [path]
+    return files
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        msg = f"{path}: cannot be read ({exc.__class__.__name__}); pass a report JSON file"
+        raise VerificationError(msg) from None
+
+
+def _cells(folder: Path | None) -> dict[str, Cell]:
+    folder = folder if folder is not None else project_root() / "pinning"
+    if not folder.is_dir():
+        msg = f"--cells-from {folder}: no such folder; point it at the pinning/ matrices"
+        raise ConfigurationError(msg)
+    return load_cells(sorted(folder.glob("*.toml")))
+
+
+@click.group(name="report")
+def command() -> None:
+    """Merge verification reports from many cells and hosts."""
+
+
+@command.command(name="grid")
+@click.argument("reports", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+    default=Path("build/grid"), show_default=True, help="Folder for grid.md/.html/.json/.xml.",
+)
+@click.option(
+    "--baseline", type=click.Path(file_okay=False, path_type=Path),
+    help="A previous grid output folder; worse checks and moved numbers are marked.",
+)
+@click.option(
+    "--threshold", type=click.FloatRange(min=0.0), default=0.10, show_default=True,
+    help="Relative move of a key number that counts as a change against the baseline.",
+)
+@click.option(
+    "--cells-from", type=click.Path(path_type=Path),
+    help="Matrix folder whose cells x variants get a 'not run' row when no report covers "
+    "them [default: pinning/].",
+)
+def grid(reports: tuple[Path, ...], out_dir: Path, baseline: Path | None, threshold: float,
+         cells_from: Path | None) -> None:
+    """Merge REPORT.json files (or folders of them) into one grid.
+
+    Rows are cell x variant, columns the checks by level; a shipped cell x variant
+    with no report is 'not run'. With --baseline, exits 6 when anything regressed.
+    """
+    rows = [gridlib.parse_report(str(p), _read(p)) for p in _report_files(reports)]
+    if not rows:
+        msg = "no report JSON found in the given paths; pass the files 'stackpin verify' wrote"
+        raise VerificationError(msg)
+    result = gridlib.build_grid(rows, _cells(cells_from))
+    if baseline is not None:
+        old_path = baseline / "grid.json"
+        old = gridlib.parse_baseline(str(old_path), _read(old_path))
+        result = gridlib.compare(result, old, source=str(baseline), threshold=threshold)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in gridlib.render_all(result).items():
+        write_text_atomic(out_dir / name, text)
+    click.echo(f"{gridlib.summary_line(result)}; wrote {out_dir}/grid.{{md,html,json,xml}}")
+    if result.regressions:
+        first = result.regressions[0]
+        msg = (
+            f"{len(result.regressions)} regression(s) against {baseline}, first: {first.row} "
+            f"{first.name} {first.detail}; see {out_dir}/grid.md"
+        )
+        raise VerificationError(msg)
