@@ -1,0 +1,253 @@
+"""The engine boundary without a daemon: request translation, stream parsing, errors."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from stackpin.engine import (
+    BindMount,
+    BuildRequest,
+    BuildTally,
+    Engine,
+    RunRequest,
+    build_failure,
+    build_kwargs,
+    container_kwargs,
+    container_name,
+    digest_matches,
+    finish_build_stream,
+    gpu_device_request,
+    host_config_kwargs,
+    image_info_from_inspect,
+    parse_build_stream,
+    tally_build_event,
+)
+from stackpin.errors import BuildError, HostEnvironmentError
+
+# What docker 20.10's classic builder sends for a three-step build whose last RUN fails,
+# captured as JSON lines (one event per line, as the daemon streams them).
+FAILING_STREAM = [
+    '{"stream":"Step 1/3 : FROM stackpin/base-bookworm:0123456789ab"}',
+    '{"stream":"\\n"}',
+    '{"stream":" ---\\u003e 5d0da3dc9764\\n"}',
+    '{"stream":"Step 2/3 : RUN echo pure \\u003e /pure"}',
+    '{"stream":"\\n"}',
+    '{"stream":" ---\\u003e Using cache\\n"}',
+    '{"stream":" ---\\u003e 8a1f2b3c4d5e\\n"}',
+    '{"stream":"Step 3/3 : RUN pip install --no-index torch"}',
+    '{"stream":"\\n"}',
+    '{"stream":" ---\\u003e Running in 0f9e8d7c6b5a\\n"}',
+    '{"stream":"ERROR: Could not find a version that satisfies the requirement torch\\n"}',
+    '{"errorDetail":{"code":1,"message":"The command \'/bin/sh -c pip install --no-index'
+    ' torch\' returned a non-zero code: 1"},"error":"The command \'/bin/sh -c pip install'
+    ' --no-index torch\' returned a non-zero code: 1"}',
+]
+
+SUCCESS_STREAM = [
+    '{"stream":"Step 1/2 : FROM stackpin/base-bookworm:0123456789ab\\n"}',
+    '{"stream":" ---\\u003e 5d0da3dc9764\\n"}',
+    '{"stream":"Step 2/2 : RUN echo pure \\u003e /pure\\n"}',
+    '{"stream":" ---\\u003e Using cache\\n"}',
+    '{"stream":" ---\\u003e 8a1f2b3c4d5e\\n"}',
+    '{"aux":{"ID":"sha256:8a1f2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8"}}',
+    '{"stream":"Successfully built 8a1f2b3c4d5e\\n"}',
+]
+
+
+def test_failing_stream_names_the_last_step_and_the_reason():
+    tally = parse_build_stream(FAILING_STREAM)
+
+    assert tally.current_step == "Step 3/3 : RUN pip install --no-index torch"
+    assert tally.steps == 3
+    assert tally.cached_steps == 1
+    assert "returned a non-zero code: 1" in tally.error
+    assert tally.image_id == ""
+
+
+def test_build_failure_is_one_line_with_step_and_log(tmp_path):
+    log = tmp_path / "logs" / "cpu-stable.log"
+
+    error = build_failure(parse_build_stream(FAILING_STREAM), log)
+
+    assert isinstance(error, BuildError)
+    assert error.return_code == 5
+    assert error.step == "Step 3/3 : RUN pip install --no-index torch"
+    assert error.log_path == str(log)
+    assert "\n" not in error.message
+    assert error.message.startswith("build failed at Step 3/3 : RUN pip install")
+    assert error.message.endswith(f"full log: {log}")
+
+
+def test_failure_before_any_step_says_so(tmp_path):
+    tally = BuildTally(error="Cannot locate specified Dockerfile: Dockerfile")
+
+    error = build_failure(tally, tmp_path / "x.log")
+
+    assert error.step == ""
+    assert "before the first step" in error.message
+
+
+def test_success_stream_counts_steps_cache_hits_and_image_id():
+    tally = parse_build_stream(SUCCESS_STREAM)
+
+    assert tally.error == ""
+    assert (tally.steps, tally.cached_steps) == (2, 1)
+    assert tally.image_id.startswith("sha256:8a1f2b3c4d5e")
+
+
+def test_lines_split_across_events_are_joined_and_the_tail_is_flushed():
+    tally, lines = tally_build_event(BuildTally(), {"stream": "Step 1/1 : RUN ec"})
+    assert lines == []
+    tally, lines = tally_build_event(tally, {"stream": "ho hi\nhi\nno newline"})
+    assert lines == ["Step 1/1 : RUN echo hi", "hi"]
+    assert tally.steps == 1
+
+    tally, tail = finish_build_stream(tally)
+
+    assert tail == ["no newline"]
+    assert tally.partial == ""
+
+
+def test_pull_progress_is_not_printed_but_status_is():
+    _, progress = tally_build_event(
+        BuildTally(), {"status": "Downloading", "progress": "[=>  ]", "id": "abc"}
+    )
+    _, status = tally_build_event(BuildTally(), {"status": "Pull complete", "id": "abc"})
+
+    assert progress == []
+    assert status == ["abc Pull complete"]
+
+
+def test_build_kwargs_keep_the_network_mode_and_ignore_client_proxies(tmp_path):
+    request = BuildRequest(
+        context_dir=tmp_path,
+        tags=("stackpin/cpu:stable-0123456789ab", "stackpin/cpu:stable"),
+        labels={"io.stackpin.cell": "cpu"},
+        buildargs={"PIP_NO_INDEX": "1"},
+        network_mode="none",
+        nocache=True,
+        log_path=tmp_path / "build.log",
+    )
+
+    kwargs = build_kwargs(request)
+
+    assert kwargs == {
+        "path": str(tmp_path),
+        "dockerfile": "Dockerfile",
+        "labels": {"io.stackpin.cell": "cpu"},
+        "buildargs": {"PIP_NO_INDEX": "1"},
+        "network_mode": "none",
+        "nocache": True,
+        "pull": False,
+        "rm": True,
+        "forcerm": True,
+        "decode": True,
+        "use_config_proxy": False,
+    }
+
+
+def test_container_names_are_unique_and_prefixed():
+    names = {container_name() for _ in range(50)}
+
+    assert len(names) == 50
+    assert all(re.fullmatch(r"stackpin-[0-9a-f]{32}", n) for n in names)
+
+
+def test_run_request_translates_to_loopback_ports_binds_and_devices(tmp_path):
+    request = RunRequest(
+        image="stackpin/dtk:stable",
+        command=("python", "-m", "stackpin_verify"),
+        environment={"HIP_VISIBLE_DEVICES": "0"},
+        devices=("/dev/kfd", "/dev/dri"),
+        group_add=("video",),
+        volumes=("/opt/hyhal:/opt/hyhal:ro",),
+        mounts=(BindMount(source=tmp_path, target="/reports"),),
+        shm_size="32g",
+        ipc_mode="host",
+        ports={8000: 18887},
+        workdir="/work",
+    )
+
+    host = host_config_kwargs(request)
+    create = container_kwargs(request, "stackpin-abc")
+
+    assert host["port_bindings"] == {8000: ("127.0.0.1", 18887)}
+    assert host["binds"] == ["/opt/hyhal:/opt/hyhal:ro", f"{tmp_path}:/reports:rw"]
+    assert host["devices"] == ["/dev/kfd", "/dev/dri"]
+    assert host["group_add"] == ["video"]
+    assert (host["shm_size"], host["ipc_mode"]) == ("32g", "host")
+    assert "network_mode" not in host
+    assert "device_requests" not in host
+    assert create["name"] == "stackpin-abc"
+    assert create["command"] == ["python", "-m", "stackpin_verify"]
+    assert create["ports"] == [8000]
+    assert create["working_dir"] == "/work"
+    assert "entrypoint" not in create
+    assert "user" not in create
+
+
+@pytest.mark.parametrize(
+    ("gpus", "expected"),
+    [
+        ("all", {"count": -1, "capabilities": [["gpu"]]}),
+        ("2", {"count": 2, "capabilities": [["gpu"]]}),
+        ("device=0,1", {"device_ids": ["0", "1"], "capabilities": [["gpu"]]}),
+    ],
+)
+def test_gpu_requests_follow_docker_run_gpus(gpus, expected):
+    assert gpu_device_request(gpus) == expected
+    assert host_config_kwargs(RunRequest(image="x", gpus=gpus))["device_requests"] == [expected]
+
+
+INSPECT = {
+    "Id": "sha256:" + "ab" * 32,
+    "RepoTags": ["stackpin/base-bookworm:0123456789ab"],
+    "RepoDigests": ["vendor/dtk@sha256:" + "cd" * 32],
+    "Created": "2025-01-01T00:00:00Z",
+    "Size": 115822080,
+    "Architecture": "amd64",
+    "Os": "linux",
+    "Config": {"Env": ["LANG=C.UTF-8"], "Cmd": ["/bin/bash"], "Entrypoint": None,
+               "Labels": {"io.stackpin.cell": "cpu"}},
+    "RootFS": {"Type": "layers", "Layers": ["sha256:" + "ef" * 32]},
+}
+
+
+def test_image_info_reads_the_inspect_document():
+    info = image_info_from_inspect(INSPECT)
+
+    assert info.id == "sha256:" + "ab" * 32
+    assert info.tags == ("stackpin/base-bookworm:0123456789ab",)
+    assert info.labels == {"io.stackpin.cell": "cpu"}
+    assert (info.env, info.cmd, info.entrypoint) == (("LANG=C.UTF-8",), ("/bin/bash",), ())
+    assert info.diff_ids == ("sha256:" + "ef" * 32,)
+    assert info.size == 115822080
+
+
+def test_pinned_digest_matches_image_id_or_registry_digest_only():
+    info = image_info_from_inspect(INSPECT)
+
+    assert digest_matches(info, "sha256:" + "ab" * 32)
+    assert digest_matches(info, "sha256:" + "cd" * 32)
+    assert not digest_matches(info, "sha256:" + "ef" * 32)
+
+
+def test_no_daemon_gives_one_line_that_says_how_to_start_one():
+    with pytest.raises(HostEnvironmentError) as caught:
+        Engine.connect(environ={"DOCKER_HOST": "unix:///nonexistent.sock"}, timeout_s=5)
+
+    error = caught.value
+    assert error.return_code == 8
+    assert error.message == (
+        "no Docker daemon answers at unix:///nonexistent.sock: start one "
+        "(e.g. `dockerd &` as root, or `systemctl start docker`)"
+    )
+
+
+def test_canned_streams_are_valid_json_lines():
+    # Guards the fixtures above: a typo would make the parser tests vacuous.
+    for line in FAILING_STREAM + SUCCESS_STREAM:
+        assert isinstance(json.loads(line), dict)
