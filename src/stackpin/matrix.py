@@ -506,7 +506,7 @@ def _describe_type(tp: Any) -> str:
     optional, inner = _is_optional(tp)
     origin = get_origin(inner)
     if origin is Literal:
-        text = " | ".join(repr(a) for a in get_args(inner))
+        text = " or ".join(repr(a) for a in get_args(inner))
     elif origin is tuple:
         text = f"array of {_describe_type(get_args(inner)[0])}"
     elif origin in (Mapping, typing.Mapping):

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Prepare this host for stackpin: OS tools (Docker engine, mmdebstrap, zstd, jq), a
+# running Docker daemon, and the project's virtual environment with stackpin installed.
+# Safe to run again: each step is skipped when already done. One line per step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'setup: %s\n' "$*"; }
+
+need_apt=()
+command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
+command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
+command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
+command -v jq >/dev/null 2>&1 || need_apt+=(jq)
+if ((${#need_apt[@]})); then
+    if [ "$(id -u)" != 0 ]; then
+        say "missing ${need_apt[*]}: install them (sudo apt-get install -y ${need_apt[*]}) and rerun"
+        exit 8
+    fi
+    say "installing ${need_apt[*]} from the OS packages"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+else
+    say "docker, mmdebstrap, zstd, jq present"
+fi
+
+if docker info >/dev/null 2>&1; then
+    say "Docker daemon answers ($(docker version --format '{{.Server.Version}}'))"
+elif [ "$(id -u)" = 0 ]; then
+    say "starting dockerd (log: /var/log/stackpin-dockerd.log)"
+    nohup dockerd >/var/log/stackpin-dockerd.log 2>&1 &
+    for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+    docker info >/dev/null 2>&1 || { say "dockerd did not come up; see /var/log/stackpin-dockerd.log"; exit 8; }
+    say "Docker daemon up ($(docker version --format '{{.Server.Version}}'))"
+else
+    say "no Docker daemon answers: start one (sudo systemctl start docker) and rerun"
+    exit 8
+fi
+
+py=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    say "creating .venv with $($py --version)"
+    "$py" -m venv .venv
+fi
+if ! .venv/bin/python -c 'import stackpin, pytest, mypy, torch, transformers' >/dev/null 2>&1 \
+   || [ pyproject.toml -nt .venv/.stackpin-installed ]; then
+    say "installing stackpin and its test stack into .venv (torch 2.13.0+cpu for the verify tests)"
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' -r requirements-test.txt
+    touch .venv/.stackpin-installed
+else
+    say "stackpin installed in .venv"
+fi

@@ -1,0 +1,188 @@
+"""The CLI through click's runner: exit codes, one-line errors, --json, nothing written on failure."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from tests.conftest import CPU_CELL, K100_CELL, ROOT
+
+from stackpin.cli.main import cli
+from stackpin.cli.matrix_cmd import reference_markdown
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def run(*args: str, cwd: Path = ROOT):
+    with _chdir(cwd):
+        return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+class _chdir:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        import os
+
+        self.old = Path.cwd()
+        os.chdir(self.path)
+
+    def __exit__(self, *exc: object) -> None:
+        import os
+
+        os.chdir(self.old)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of the project's data folders, so a test may break or write them."""
+    for folder in ("pinning", "templates", "verify"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def test_help_lists_exit_codes():
+    result = run("--help")
+    assert result.exit_code == 0
+    assert "3 configuration, 4 validation, 5 build" in result.output
+
+
+@pytest.mark.parametrize("verb", ["matrix", "wheel", "render", "lock", "wheels", "build", "images"])
+def test_every_verb_has_help(verb: str):
+    result = run(verb, "--help")
+    assert result.exit_code == 0
+    assert "Usage:" in result.output
+
+
+def test_matrix_check_passes_shipped_matrices_with_warnings():
+    result = run("matrix", "check")
+    assert result.exit_code == 0, result.output
+    assert "0 error(s)" in result.output
+    assert "WARN  dtk2604-k100-torch290-py310: torch.sha256" in result.output
+
+
+def test_matrix_check_json_is_machine_readable():
+    result = run("matrix", "check", "--json")
+    data = json.loads(result.output)
+    assert data["ok"] is True
+    assert CPU_CELL in data["cells"]
+    assert all(v["severity"] == "warning" for v in data["violations"])
+
+
+def test_four_kinds_of_error_in_one_run(project: Path):
+    broken = (FIXTURES / "dtk-broken.toml").read_text()
+    broken = broken.replace('numpy = "<2"', 'numpy = "<2"\nnumpyy = "<2"', 1)
+    (project / "broken.toml").write_text(broken)
+    result = run("matrix", "check", "broken.toml", cwd=project)
+    out = result.output
+    assert result.exit_code == 3
+    assert "perhaps you meant 'numpy'" in out
+    assert "torch 2.9.0" in out and "torch 2.8.0" in out
+    assert "cp311" in out and "cp310" in out
+    assert "numpy<3" in out
+
+
+def test_validation_only_errors_exit_4(project: Path):
+    (project / "broken.toml").write_text((FIXTURES / "dtk-broken.toml").read_text())
+    result = run("matrix", "check", "broken.toml", cwd=project)
+    assert result.exit_code == 4
+    assert result.output.count("ERROR ") == 3
+
+
+def test_missing_matrix_file_is_a_configuration_error(project: Path):
+    result = CliRunner().invoke(cli, ["matrix", "check", "nope.toml"])
+    assert result.exit_code == 3
+    assert "no such matrix file" in result.output
+
+
+def test_render_twice_gives_identical_bytes():
+    first = run("render", K100_CELL, "--variant", "enhanced")
+    second = run("render", K100_CELL, "--variant", "enhanced")
+    assert first.exit_code == 0
+    assert first.output == second.output
+    assert "--no-deps" in first.output
+
+
+def test_render_unknown_cell_suggests_and_exits_3():
+    result = run("render", "cpu-bookworm-torch2130-py312")
+    assert result.exit_code == 3
+    assert "perhaps you meant 'cpu-bookworm-torch2130-py311'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_render_to_folder_writes_context_files(tmp_path: Path):
+    result = run("render", CPU_CELL, "-o", str(tmp_path / "ctx"))
+    assert result.exit_code == 0
+    entry = tmp_path / "ctx" / "stackpin" / "entrypoint.sh"
+    assert entry.stat().st_mode & 0o111
+    assert (tmp_path / "ctx" / "wheels" / "vendor" / "requirements.txt").exists()
+
+
+def test_wheel_inspect_json_has_contract_keys():
+    result = run("wheel", "inspect", "--json", "flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl")
+    data = json.loads(result.output)
+    assert set(data) >= {"dist", "version", "local", "python_tag", "abi_tag", "platform_tag",
+                         "glibc", "vendor", "dtk", "torch", "cuda", "cxx11abi"}
+    assert data["cuda"] == "12"
+    assert data["torch"] == "2.8"
+    assert data["cxx11abi"] is True
+
+
+def test_wheel_inspect_bad_name_exits_4():
+    result = run("wheel", "inspect", "not-a-wheel.zip")
+    assert result.exit_code == 4
+    assert result.output.startswith("stackpin: validation error:")
+
+
+def test_build_refuses_unpinned_vendor_hash_before_docker(project: Path, monkeypatch):
+    # No daemon at this address: reaching Docker would fail with exit 8, not 4.
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    result = run("build", K100_CELL, cwd=project)
+    assert result.exit_code == 4
+    assert "is unpinned (empty sha256)" in result.output
+
+
+def test_build_refuses_missing_lock_before_docker(project: Path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    (project / "pinning" / "locks" / f"{CPU_CELL}.lock").unlink()
+    result = run("build", cwd=project)
+    assert result.exit_code == 4
+    assert f"run 'stackpin wheels fetch {CPU_CELL}' first" in result.output
+
+
+def test_build_refuses_missing_wheelhouse_file(project: Path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    result = run("build", cwd=project)
+    assert result.exit_code == 4
+    assert "wheelhouse does not match the lock" in result.output
+    assert "missing" in result.output
+
+
+def test_images_without_daemon_says_how_to_start_one(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    result = run("images")
+    assert result.exit_code == 8
+    assert "no Docker daemon answers" in result.output
+    assert len(result.output.strip().splitlines()) <= 2
+
+
+def test_lock_without_vendor_wheel_names_file_cell_and_folder(project: Path):
+    result = run("lock", K100_CELL, cwd=project)
+    assert result.exit_code == 8
+    assert "torch-2.9.0+das.opt1.dtk2604" in result.output
+    assert K100_CELL in result.output
+    assert "wheels/vendor/" in result.output
+    assert not (project / "pinning" / "locks" / f"{K100_CELL}.lock").exists()
+
+
+def test_docs_matrix_md_is_current():
+    assert (ROOT / "docs" / "matrix.md").read_text() == reference_markdown()
+
+
+def test_schema_command_prints_json_schema():
+    data = json.loads(run("matrix", "schema").output)
+    assert data["properties"]["cells"]["type"] == "object"
