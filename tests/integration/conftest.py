@@ -1,0 +1,61 @@
+"""Fixtures for the integration tier: a real daemon and the CPU default's base, once a session.
+
+Without a daemon these tests skip with the reason, unless STACKPIN_REQUIRE_DOCKER=1 (set
+by .ci/run), where a missing daemon is a failure: CI must not go green by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stackpin.bootstrap import BootstrapRequest, bootstrap_image, bootstrap_request
+from stackpin.engine import Engine
+from stackpin.errors import StackpinError
+from stackpin.matrix import Cell
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU_CELL = "cpu-bookworm-torch2130-py311"
+# Shared with `stackpin build`: a base bootstrapped by the tests is reused by the CLI.
+CACHE_DIR = ROOT / "build" / "cache"
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("STACKPIN_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"STACKPIN_REQUIRE_DOCKER=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[Engine]:
+    try:
+        engine = Engine.connect()
+    except StackpinError as exc:
+        _unavailable(exc.message)
+    with engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def base_cache_dir() -> Path:
+    return CACHE_DIR
+
+
+@pytest.fixture(scope="session")
+def cpu_bootstrap(shipped_cells: dict[str, Cell]) -> BootstrapRequest:
+    return bootstrap_request(shipped_cells[CPU_CELL])
+
+
+@pytest.fixture(scope="session")
+def cpu_base(docker_engine: Engine, cpu_bootstrap: BootstrapRequest, base_cache_dir: Path) -> str:
+    """The CPU default's bootstrapped base image reference (built at most once)."""
+    try:
+        return bootstrap_image(
+            docker_engine, cpu_bootstrap, cache_dir=base_cache_dir, on_line=print
+        )
+    except StackpinError as exc:
+        _unavailable(exc.message)
+        raise

@@ -1,0 +1,311 @@
+"""The engine boundary against the real daemon, on the CPU default's bootstrapped base."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import tarfile
+import time
+import uuid
+from dataclasses import replace
+
+import pytest
+
+from stackpin.bootstrap import base_reference, load_rootfs, rootfs_path
+from stackpin.engine import (
+    BindMount,
+    BuildRequest,
+    ImportRequest,
+    RunRequest,
+    SaveRequest,
+)
+from stackpin.errors import BuildError, HostEnvironmentError
+
+pytestmark = pytest.mark.docker
+
+
+def _context(tmp_path, dockerfile: str):
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "Dockerfile").write_text(dockerfile)
+    return context
+
+
+def _build(engine, tmp_path, dockerfile: str, **options):
+    tag = f"stackpin-test/engine:{uuid.uuid4().hex[:12]}"
+    request = BuildRequest(
+        context_dir=_context(tmp_path, dockerfile),
+        tags=(tag,),
+        log_path=tmp_path / "logs" / "build.log",
+        **options,
+    )
+    return request, tag
+
+
+@pytest.fixture
+def cleanup_images(docker_engine):
+    references: list[str] = []
+    yield references
+    for reference in references:
+        docker_engine.remove_image(reference, force=True)
+
+
+def _marked_containers(marker: str) -> list[str]:
+    # The docker CLI, not the engine under test, is the witness of what is left behind.
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Command}}"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    return [line for line in out.splitlines() if marker in line]
+
+
+def test_bootstrapped_base_creates_a_working_venv(docker_engine, cpu_base):
+    result = docker_engine.run_to_completion(
+        RunRequest(
+            image=cpu_base,
+            command=("sh", "-c",
+                     "python3 -m venv /tmp/v && /tmp/v/bin/python -c 'import sys; print(sys.version)'"
+                     " && echo LANG=$LANG"),
+        ),
+        timeout_s=120,
+    )
+
+    assert (result.exit_code, result.timed_out) == (0, False), result.logs
+    assert result.stdout.startswith("3.11.")
+    assert "LANG=C.UTF-8" in result.stdout
+
+
+def test_base_image_is_dated_by_source_date_epoch_and_reloads_to_the_same_id(
+    docker_engine, cpu_base, cpu_bootstrap, base_cache_dir
+):
+    info = docker_engine.image_info(cpu_base)
+    rootfs = rootfs_path(cpu_bootstrap, base_cache_dir)
+
+    reloaded = load_rootfs(docker_engine, cpu_bootstrap, rootfs)
+
+    assert cpu_base == base_reference(cpu_bootstrap)
+    assert info.created.startswith("2025-01-01T00:00:00")
+    assert info.cmd == ("/bin/bash",)
+    assert info.diff_ids == (f"sha256:{hashlib.sha256(rootfs.read_bytes()).hexdigest()}",)
+    assert reloaded.id == info.id
+
+
+def test_import_gives_the_same_layer_as_the_loaded_base(
+    docker_engine, cpu_base, cpu_bootstrap, base_cache_dir, cleanup_images
+):
+    rootfs = rootfs_path(cpu_bootstrap, base_cache_dir)
+    tag = uuid.uuid4().hex[:12]
+    cleanup_images.append(f"stackpin-test/imported:{tag}")
+
+    info = docker_engine.import_image(
+        ImportRequest(
+            tar_path=rootfs,
+            repository="stackpin-test/imported",
+            tag=tag,
+            changes=("ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]'),
+        )
+    )
+
+    assert info.diff_ids == docker_engine.image_info(cpu_base).diff_ids
+    assert "LANG=C.UTF-8" in info.env
+    assert info.cmd == ("/bin/bash",)
+
+
+def test_offline_build_runs_pure_steps_and_counts_cache_hits(
+    docker_engine, cpu_base, tmp_path, cleanup_images
+):
+    marker = uuid.uuid4().hex
+    dockerfile = f"FROM {cpu_base}\nRUN echo {marker} > /pure\n"
+    request, tag = _build(
+        docker_engine, tmp_path, dockerfile, network_mode="none",
+        labels={"io.stackpin.test": marker},
+    )
+    cleanup_images.append(tag)
+    lines: list[str] = []
+
+    first = docker_engine.build(request, on_line=lines.append)
+    again = docker_engine.build(replace(request, log_path=tmp_path / "again.log"))
+
+    # The classic builder turns build labels into a third step, LABEL, after the last one.
+    assert (first.steps, first.cached_steps) == (3, 0)
+    assert (again.steps, again.cached_steps) == (3, 2)
+    assert again.image_id == first.image_id
+    assert f"Step 2/3 : RUN echo {marker} > /pure" in lines
+    assert request.log_path.read_text().splitlines() == lines
+    listed = docker_engine.list_images(f"io.stackpin.test={marker}")
+    assert [i.id for i in listed] == [first.image_id]
+    assert tag in listed[0].tags
+
+
+def test_offline_build_step_that_needs_the_network_fails(docker_engine, cpu_base, tmp_path):
+    dockerfile = (
+        f"FROM {cpu_base}\n"
+        "RUN python3 -c \"import urllib.request; "
+        "urllib.request.urlopen('http://deb.debian.org/debian/', timeout=20)\"\n"
+    )
+    request, _ = _build(docker_engine, tmp_path, dockerfile, network_mode="none")
+
+    with pytest.raises(BuildError) as caught:
+        docker_engine.build(request)
+
+    assert caught.value.step.startswith("Step 2/2 : RUN python3 -c")
+    assert "URLError" in request.log_path.read_text()
+
+
+def test_failing_step_is_named_with_its_log(docker_engine, cpu_base, tmp_path):
+    dockerfile = f"FROM {cpu_base}\nRUN echo fine\nRUN echo about to fail && exit 3\nRUN echo never\n"
+    request, tag = _build(docker_engine, tmp_path, dockerfile, network_mode="none")
+
+    with pytest.raises(BuildError) as caught:
+        docker_engine.build(request)
+
+    error = caught.value
+    assert error.return_code == 5
+    assert error.step == "Step 3/4 : RUN echo about to fail && exit 3"
+    assert "returned a non-zero code: 3" in error.message
+    assert error.log_path == str(request.log_path)
+    log = request.log_path.read_text()
+    assert "about to fail" in log
+    assert "Step 4/4" not in log
+    assert docker_engine.image_info(tag) is None
+
+
+def test_missing_dockerfile_is_a_build_error_before_any_step(docker_engine, tmp_path):
+    context = tmp_path / "empty"
+    context.mkdir()
+    request = BuildRequest(context_dir=context, tags=("stackpin-test/none:x",),
+                           log_path=tmp_path / "none.log")
+
+    with pytest.raises(BuildError, match="before the first step"):
+        docker_engine.build(request)
+
+    assert (tmp_path / "none.log").exists()
+
+
+def test_ctrl_c_during_a_build_leaves_no_container(docker_engine, cpu_base, tmp_path):
+    marker = uuid.uuid4().hex
+    dockerfile = f"FROM {cpu_base}\nRUN echo started-{marker} && sleep 300\n"
+    request, tag = _build(docker_engine, tmp_path, dockerfile, network_mode="none")
+
+    def interrupt_once_running(line: str) -> None:
+        # The RUN step's own output proves its container exists and is running.
+        if line.strip() == f"started-{marker}":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        docker_engine.build(request, on_line=interrupt_once_running)
+
+    # The daemon cancels the build when the connection closes; forcerm removes the
+    # container. Poll: the removal is asynchronous to our return.
+    deadline = time.monotonic() + 60
+    while _marked_containers(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _marked_containers(marker) == []
+    assert docker_engine.image_info(tag) is None
+    assert f"started-{marker}" in request.log_path.read_text()
+
+
+@pytest.mark.parametrize("interrupt", [RuntimeError, KeyboardInterrupt])
+def test_container_is_removed_when_the_block_raises(docker_engine, cpu_base, interrupt):
+    seen: list[str] = []
+
+    def fail_inside() -> None:
+        with docker_engine.container(RunRequest(image=cpu_base, command=("sleep", "300"))) as c:
+            seen.append(c.name)
+            seen.extend(docker_engine.list_stackpin_containers())
+            raise interrupt
+
+    with pytest.raises(interrupt):
+        fail_inside()
+
+    assert seen[0].startswith("stackpin-")
+    assert seen[0] in seen[1:]  # it existed while the block ran
+    assert seen[0] not in docker_engine.list_stackpin_containers()
+
+
+def test_run_times_out_and_still_cleans_up(docker_engine, cpu_base):
+    before = set(docker_engine.list_stackpin_containers())
+
+    result = docker_engine.run_to_completion(
+        RunRequest(image=cpu_base, command=("sh", "-c", "echo waiting; sleep 300")), timeout_s=2
+    )
+
+    assert (result.timed_out, result.exit_code) == (True, -1)
+    assert "waiting" in result.logs
+    assert set(docker_engine.list_stackpin_containers()) <= before
+
+
+def test_bind_mount_and_copy_out_return_files(docker_engine, cpu_base, tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    request = RunRequest(
+        image=cpu_base,
+        command=("sh", "-c", "echo '{\"ok\": true}' > /reports/r.json; echo inside > /tmp/out.txt"),
+        mounts=(BindMount(source=reports, target="/reports"),),
+        network_mode="none",
+    )
+
+    with docker_engine.container(request) as running:
+        assert running.wait(60) == 0
+        running.copy_out("/tmp/out.txt", tmp_path / "copied")
+
+    assert json.loads((reports / "r.json").read_text()) == {"ok": True}
+    assert (tmp_path / "copied" / "out.txt").read_text() == "inside\n"
+
+
+def test_unknown_image_is_refused_with_the_reference(docker_engine):
+    missing = f"stackpin-test/missing:{uuid.uuid4().hex[:12]}"
+    before = set(docker_engine.list_stackpin_containers())
+
+    with pytest.raises(HostEnvironmentError, match=f"refused to run {missing}"):
+        docker_engine.run_to_completion(RunRequest(image=missing), timeout_s=10)
+
+    assert set(docker_engine.list_stackpin_containers()) <= before
+
+
+def test_save_then_load_round_trips_several_tags_in_one_stream(
+    docker_engine, cpu_base, cleanup_images
+):
+    suffix = uuid.uuid4().hex[:12]
+    aliases = [f"stackpin-test/alias-a:{suffix}", f"stackpin-test/alias-b:{suffix}"]
+    for alias in aliases:
+        docker_engine.tag(cpu_base, alias)
+    cleanup_images.extend(aliases)
+    base_id = docker_engine.image_info(cpu_base).id
+
+    archive = b"".join(docker_engine.save(SaveRequest(images=tuple(aliases))))
+    for alias in aliases:
+        docker_engine.remove_image(alias)
+    # Loaded from an iterator of chunks, as a bundle reader streams it.
+    chunks = (archive[i : i + 65536] for i in range(0, len(archive), 65536))
+    loaded = docker_engine.load(chunks)
+
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())
+    assert sorted(t for entry in manifest for t in entry["RepoTags"]) == aliases
+    assert sorted(loaded.references) == aliases
+    assert set(loaded.image_ids) == {base_id}
+
+
+def test_saving_an_unknown_image_names_it(docker_engine):
+    missing = f"stackpin-test/missing:{uuid.uuid4().hex[:12]}"
+
+    with pytest.raises(HostEnvironmentError, match=missing):
+        b"".join(docker_engine.save(SaveRequest(images=(missing,))))
+
+
+def test_loading_a_damaged_archive_is_refused(docker_engine, tmp_path):
+    damaged = tmp_path / "damaged.tar"
+    damaged.write_bytes(b"this is not a docker save archive" * 100)
+
+    with pytest.raises(HostEnvironmentError, match="could not load the archive"):
+        docker_engine.load(damaged)
+
+
+def test_version_reports_the_daemon(docker_engine):
+    version = docker_engine.version()
+
+    assert version.os == "linux"
+    assert version.api_version
