@@ -67,6 +67,7 @@ CUSTOMIZE_HOOKS = (
 IMAGE_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8")
 IMAGE_CMD = ("/bin/bash",)
 DIGEST_LABEL = "io.stackpin.bootstrap-digest"
+CLEANUP_TIMEOUT_S = 120
 _CHUNK = 1 << 20
 
 
@@ -265,17 +266,12 @@ def run_mmdebstrap(
     on_line(f"base: bootstrapping Debian {req.suite} ({packages}) from {req.mirror}")
     try:
         with log_path.open("w", encoding="utf-8") as log:
-            result = subprocess.run(
-                mmdebstrap_argv(req, partial),
-                env={**os.environ, **mmdebstrap_env(req)},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=False,
+            returncode = _run_to_end(
+                mmdebstrap_argv(req, partial), env={**os.environ, **mmdebstrap_env(req)}, log=log
             )
-        if result.returncode != 0:
+        if returncode != 0:
             msg = (
-                f"mmdebstrap failed (exit {result.returncode}) bootstrapping {req.suite} from"
+                f"mmdebstrap failed (exit {returncode}) bootstrapping {req.suite} from"
                 f" {req.mirror}: see {log_path}; check the mirror answers and the packages exist"
             )
             raise BuildError(
@@ -287,6 +283,27 @@ def run_mmdebstrap(
     finally:
         partial.unlink(missing_ok=True)
     on_line(f"base: rootfs {rootfs} ({rootfs.stat().st_size / 2**20:.0f} MiB)")
+
+
+def _run_to_end(argv: list[str], *, env: dict[str, str], log: IO[str]) -> int:
+    """Run a command; on Ctrl-C let it clean up before we give up on it.
+
+    mmdebstrap unmounts /proc and /sys from its chroot and removes its temp dir when it
+    gets TERM; subprocess.run would KILL it 0.25 s after an interrupt and leave both.
+    """
+    process = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        return process.wait()
+    except BaseException:
+        process.terminate()
+        try:
+            process.wait(timeout=CLEANUP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        raise
 
 
 def load_rootfs(engine: BaseEngine, req: BootstrapRequest, rootfs: Path) -> ImageInfo:

@@ -477,7 +477,7 @@ class Engine:
         summaries = self._api.images(filters={"label": label})
         infos = [self.image_info(str(s["Id"])) for s in summaries]
         found = [i for i in infos if i is not None]
-        return sorted(found, key=lambda i: i.created, reverse=True)
+        return sorted(found, key=lambda i: (i.created, i.id), reverse=True)
 
     def tag(self, image: str, reference: str) -> None:
         repository, _, tag = reference.rpartition(":")

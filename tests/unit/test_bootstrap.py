@@ -6,7 +6,10 @@ import dataclasses
 import hashlib
 import io
 import json
+import signal
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -334,3 +337,37 @@ def test_missing_base_tar_names_the_file(cells, tmp_path):
 def test_base_tar_is_refused_for_a_bootstrap_cell(cpu, tmp_path):
     with pytest.raises(ConfigurationError, match="bootstraps its base"):
         ensure_base(FakeEngine(), cpu, cache_dir=tmp_path, base_tar=tmp_path / "x.tar")
+
+
+def test_ctrl_c_lets_mmdebstrap_clean_up_and_leaves_no_tar(request_, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    started, cleaned = tmp_path / "started", tmp_path / "cleaned"
+    # Like mmdebstrap: on TERM it tears down its chroot (here: leaves a mark) and exits.
+    script = bin_dir / "mmdebstrap"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"trap 'echo unmounted > {cleaned}; exit 143' TERM\n"
+        f"touch {started}\n"
+        "sleep 300 &\nwait $!\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    cache = tmp_path / "cache"
+
+    def press_ctrl_c() -> None:
+        deadline = time.monotonic() + 60  # guard only: never hang the suite
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # A real SIGINT to the main thread, which is blocked waiting for the child.
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    presser = threading.Thread(target=press_ctrl_c)
+    presser.start()
+    with pytest.raises(KeyboardInterrupt):
+        bootstrap_image(FakeEngine(), request_, cache_dir=cache)
+    presser.join()
+
+    assert cleaned.read_text() == "unmounted\n"
+    assert not rootfs_path(request_, cache).exists()
+    assert [p.name for p in cache.iterdir() if p.suffix != ".log"] == []
