@@ -582,8 +582,8 @@ table.grid td{min-width:14px;padding:2px 3px}
 .missing{background:#fff;color:#999}
 .notrun{background:repeating-linear-gradient(45deg,#f3f3f3,#f3f3f3 4px,#e2e2e2 4px,
  #e2e2e2 8px);color:#555;font-style:italic}
-.worse{outline:3px solid #c00;outline-offset:-3px}
-.better{outline:2px dashed #2a7;outline-offset:-2px}
+td.worse,span.worse{outline:3px solid #c00;outline-offset:-3px}
+td.better{outline:2px dashed #2a7;outline-offset:-2px}
 td.num{text-align:right}
 ul.legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:12px;margin:6px 0}
 ul.legend li span{display:inline-block;padding:0 6px;border:1px solid #c8ccd0}
