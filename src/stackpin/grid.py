@@ -392,7 +392,7 @@ def _number_text(row: Row, key: str) -> str:
         if row.loss is None:
             return ""
         return f"{_fmt(row.loss[0])} → {_fmt(row.loss[1])}" + (
-            f" (-{value:.0%})" if value is not None else ""
+            f" ({-value:+.0%})" if value is not None else ""
         )
     if value is None:
         return ""

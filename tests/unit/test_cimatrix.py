@@ -328,3 +328,17 @@ def test_sample_workflow_consumes_the_github_output():
         assert needle in steps, needle
     assert any("stackpin report grid" in str(j) for j in jobs.values())
 
+
+
+def test_cli_tags_bake_targets_with_the_current_lock_digest(shipped_cells):
+    from stackpin.lock import read_lock, stale_reason
+
+    result = CliRunner().invoke(cli, ["ci", "matrix", "--format", "bake", "--select", CPU_CELL])
+    assert result.exit_code == 0, result.output
+    target = parse_bake_hcl(result.stdout)["target"][f"{CPU_CELL}-stable"]
+    lock = read_lock(ROOT, CPU_CELL)
+    if lock is None or stale_reason(lock, shipped_cells[CPU_CELL]) is not None:
+        # A stale lock would not build, so no digest tag may point at it.
+        assert target["tags"] == [f"stackpin/{CPU_CELL}:stable"]
+    else:
+        assert target["tags"][1] == f"stackpin/{CPU_CELL}:stable-{lock.digest[:12]}"

@@ -395,3 +395,17 @@ def test_html_grid_renders_in_headless_chromium(shipped_cells, tmp_path):
                  "rocm64-gfx942-torch280-py312 / stable", FAILING_CHECK, "L1.gemm.bf16",
                  "L7.ddp", "not run: no report for this cell x variant"):
         assert text in dom, text
+
+
+def test_folders_are_searched_for_reports_and_an_empty_set_is_all_not_run(tmp_path):
+    (tmp_path / "artifact" / "reports-x").mkdir(parents=True)
+    shutil.copy(FIXTURES / K100, tmp_path / "artifact" / "reports-x" / "report.json")
+    result = _invoke(str(tmp_path / "artifact"), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "out" / "grid.json").read_text())["rows"]
+    assert [r["id"] for r in rows if r["result"] != "not run"] == [f"{K100_CELL}/enhanced"]
+    (tmp_path / "empty").mkdir()
+    result = _invoke(str(tmp_path / "empty"), "-o", str(tmp_path / "none"))
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "none" / "grid.json").read_text())["rows"]
+    assert rows and {r["result"] for r in rows} == {"not run"}
