@@ -37,10 +37,10 @@ RUN source /opt/dtk/env.sh && /opt/stackpin/venv/bin/pip install --no-index --no
 
 # Guard: the build fails here, not at the site, when pip installed anything but the pins.
 COPY stackpin/ /opt/stackpin/
-RUN source /opt/dtk/env.sh && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
+RUN source /opt/dtk/env.sh && /opt/stackpin/venv/bin/pip check \
+    && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
         --python cp310 --torch 2.10.0+das.opt1.dtk2604 --numpy '<2' \
-    && /opt/stackpin/venv/bin/pip check \
-    && /opt/stackpin/venv/bin/python -m compileall -q --invalidation-mode unchecked-hash /opt/stackpin/venv/lib \
+        --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache /tmp/*
 
 # ---- final stage: the base plus the finished environment, no wheel or cache ---------

@@ -30,10 +30,10 @@ RUN /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --n
 
 # Guard: the build fails here, not at the site, when pip installed anything but the pins.
 COPY stackpin/ /opt/stackpin/
-RUN /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
+RUN /opt/stackpin/venv/bin/pip check \
+    && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
         --python cp312 --torch 2.8.0+rocm6.4 --numpy '<3' \
-    && /opt/stackpin/venv/bin/pip check \
-    && /opt/stackpin/venv/bin/python -m compileall -q --invalidation-mode unchecked-hash /opt/stackpin/venv/lib \
+        --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache /tmp/*
 
 # ---- final stage: the base plus the finished environment, no wheel or cache ---------

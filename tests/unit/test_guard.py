@@ -1,0 +1,91 @@
+"""The build guard (templates/guard.py): it must fail a build whose environment is not the pins."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import ROOT
+
+GUARD = ROOT / "templates" / "guard.py"
+spec = importlib.util.spec_from_file_location("stackpin_guard", GUARD)
+assert spec is not None and spec.loader is not None
+guard = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(guard)
+
+RUNNING = f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+
+@pytest.mark.parametrize(
+    ("version", "constraint", "expected"),
+    [
+        ("1.26.4", "<2", True),
+        ("2.0.0", "<2", False),
+        ("2.2.6", "<3", True),
+        ("1.26.4", ">=1.24,<2", True),
+        ("1.23.5", ">=1.24,<2", False),
+        ("1.26.4", "==1.26.4", True),
+        ("1.26", "==1.26.0", True),
+        ("2.0.0rc1", "<2", False),
+    ],
+)
+def test_satisfies(version: str, constraint: str, expected: bool):
+    assert guard.satisfies(version, constraint) is expected
+
+
+def test_unreadable_constraint_stops_the_build():
+    with pytest.raises(SystemExit, match="cannot read numpy constraint"):
+        guard.satisfies("1.26.4", "~=1.26")
+
+
+def test_matching_environment_has_no_problems():
+    import numpy
+    import torch
+
+    assert guard.problems(RUNNING, torch.__version__, f"=={numpy.__version__}") == []
+
+
+def test_swapped_torch_is_named():
+    found = guard.problems(RUNNING, "2.9.0+das.opt1.dtk2604", "<3")
+    assert len(found) == 1
+    assert "the cell pins 2.9.0+das.opt1.dtk2604" in found[0]
+
+
+def test_numpy_outside_constraint_and_wrong_python_are_named():
+    import torch
+
+    found = guard.problems("cp39", torch.__version__, "<1")
+    assert any("the cell pins cp39" in line for line in found)
+    assert any("requires numpy<1" in line for line in found)
+
+
+def test_guard_script_exits_1_with_one_line_per_problem():
+    result = subprocess.run(
+        [sys.executable, str(GUARD), "--python", RUNNING, "--torch", "0.0.1+other", "--numpy", "<3"],
+        capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"stackpin guard: torch is {__import__('torch').__version__}, the cell pins 0.0.1+other (a wheel was swapped)"
+    ]
+
+
+def test_compile_skips_newer_syntax_and_writes_unchecked_pycs(tmp_path: Path):
+    import numpy
+    import torch
+
+    (tmp_path / "ok.py").write_text("X = 1\n")
+    (tmp_path / "future.py").write_text("def f[T](a): pass\n" if sys.version_info < (3, 12) else "def f(:\n")
+    result = subprocess.run(
+        [sys.executable, str(GUARD), "--python", RUNNING, "--torch", torch.__version__,
+         "--numpy", f"=={numpy.__version__}", "--compile", str(tmp_path)],
+        capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "compiled 1 modules, 1 skipped" in result.stdout
+    pyc = next((tmp_path / "__pycache__").glob("ok.*.pyc")).read_bytes()
+    flags = int.from_bytes(pyc[4:8], "little")
+    assert flags == 0b01, "hash-based, unchecked (PEP 552)"
