@@ -22,10 +22,10 @@ from stackpin.errors import VerificationError
 FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "reports"
 GOLDEN = ROOT / "tests" / "golden" / "ci" / "grid"
 UPDATE = os.environ.get("STACKPIN_UPDATE_GOLDEN") == "1"
-# A real report: `PYTHONPATH=verify python -m stackpin_verify --levels 0,1,3` on this
-# CPU host (no image, so it is a bare-host row); the other two are hand-written to the
-# report contract: the CPU default image and a DTK K100 enhanced image with a failing
-# FlashAttention case.
+# A real report: `PYTHONPATH=verify python -m stackpin_verify --out-dir DIR` (all levels)
+# on a 2-core CPU host outside any image, so it is a bare-host row. The other two are
+# hand-written to the report contract with the suite's check names: the CPU default image
+# and a DTK K100 enhanced image with a failing FlashAttention case.
 REAL = "real-cpu-bare-host.json"
 CPU = "cpu-default-stable.json"
 K100 = "dtk2604-k100-enhanced.json"
@@ -393,7 +393,7 @@ def test_html_grid_renders_in_headless_chromium(shipped_cells, tmp_path):
     assert '<table class="grid" id="grid">' in dom
     for text in (f"{K100_CELL} / enhanced", f"{CPU_CELL} / stable", "vm (bare host)",
                  "rocm64-gfx942-torch280-py312 / stable", FAILING_CHECK, "L1.gemm.bf16",
-                 "L7.ddp", "not run: no report for this cell x variant"):
+                 "L7.ddp_step", "not run: no report for this cell x variant"):
         assert text in dom, text
 
 
