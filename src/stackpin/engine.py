@@ -19,6 +19,7 @@ import json
 import os
 import re
 import tarfile
+import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -28,6 +29,7 @@ from typing import IO, Any
 import docker
 import docker.errors
 import docker.utils
+import docker.utils.build
 import requests
 
 from stackpin.errors import BuildError, HostEnvironmentError
@@ -65,6 +67,8 @@ class BuildRequest:
     rm: bool = True
     forcerm: bool = True
     log_path: Path
+    # Context file mtimes are clamped to this (as SOURCE_DATE_EPOCH tools do); None keeps them.
+    source_date_epoch: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,7 +277,8 @@ def build_failure(tally: BuildTally, log_path: Path) -> BuildError:
 def build_kwargs(request: BuildRequest) -> dict[str, Any]:
     """Arguments of the SDK's low-level build call for a request."""
     return {
-        "path": str(request.context_dir),
+        # stackpin writes the context tar itself (write_build_context), not the SDK.
+        "custom_context": True,
         "dockerfile": request.dockerfile,
         "labels": dict(request.labels),
         "buildargs": dict(request.buildargs),
@@ -287,6 +292,51 @@ def build_kwargs(request: BuildRequest) -> dict[str, Any]:
         # build args: an offline build must not depend on the host's client config.
         "use_config_proxy": False,
     }
+
+
+def write_build_context(
+    context_dir: Path, out: IO[bytes], *, dockerfile: str, source_date_epoch: int | None
+) -> None:
+    """The context tar, the same bytes whatever the checkout time, umask or owner.
+
+    The classic builder copies mode and mtime from the context into COPY layers, so a
+    file checked out under umask 002 or a day later would change the layer. Entries are
+    sorted, owned by 0:0, modes reduced to 0644/0755 and mtimes clamped. ``.dockerignore``
+    is honoured with the SDK's own matcher, so it means what ``docker build`` makes of it.
+    """
+    patterns = _dockerignore_patterns(context_dir)
+    names = sorted(docker.utils.build.exclude_paths(str(context_dir), patterns, dockerfile))
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name in names:
+            path = context_dir / name
+            info = tar.gettarinfo(str(path), arcname=name)
+            if info is None:  # a socket: docker build skips those too
+                continue
+            _normalize_member(info, source_date_epoch)
+            if info.isfile():
+                with path.open("rb") as data:
+                    tar.addfile(info, data)
+            else:
+                tar.addfile(info)
+
+
+def _dockerignore_patterns(context_dir: Path) -> list[str]:
+    ignore = context_dir / ".dockerignore"
+    if not ignore.is_file():
+        return []
+    lines = (line.strip() for line in ignore.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _normalize_member(info: tarfile.TarInfo, source_date_epoch: int | None) -> None:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if info.isdir():
+        info.mode = 0o755
+    elif not info.issym():
+        info.mode = 0o755 if info.mode & 0o100 else 0o644
+    mtime = int(info.mtime)
+    info.mtime = mtime if source_date_epoch is None else min(mtime, source_date_epoch)
 
 
 # --- containers ------------------------------------------------------------------------
@@ -551,8 +601,15 @@ class Engine:
     ) -> BuildTally:
         tally = BuildTally()
         try:
-            with self._streaming_client() as api:
-                for event in api.build(**build_kwargs(request)):
+            with tempfile.TemporaryFile() as context, self._streaming_client() as api:
+                write_build_context(
+                    request.context_dir,
+                    context,
+                    dockerfile=request.dockerfile,
+                    source_date_epoch=request.source_date_epoch,
+                )
+                context.seek(0)
+                for event in api.build(fileobj=context, **build_kwargs(request)):
                     tally, lines = tally_build_event(tally, event)
                     emit(lines)
                     if tally.error:

@@ -309,3 +309,24 @@ def test_version_reports_the_daemon(docker_engine):
 
     assert version.os == "linux"
     assert version.api_version
+
+
+def test_copied_files_carry_the_clamped_mtime_and_normal_mode(
+    docker_engine, cpu_base, tmp_path, cleanup_images
+):
+    request, tag = _build(
+        docker_engine, tmp_path, f"FROM {cpu_base}\nCOPY data.txt /data.txt\n",
+        network_mode="none", source_date_epoch=1735689600,
+    )
+    data = request.context_dir / "data.txt"
+    data.write_text("payload\n")
+    data.chmod(0o664)  # as a checkout under umask 002 leaves it
+    cleanup_images.append(tag)
+
+    docker_engine.build(request)
+    result = docker_engine.run_to_completion(
+        RunRequest(image=tag, command=("stat", "-c", "%Y %a %u", "/data.txt"), network_mode="none"),
+        timeout_s=60,
+    )
+
+    assert result.stdout.split() == ["1735689600", "644", "0"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
+import tarfile
 
 import pytest
 
@@ -24,6 +27,7 @@ from stackpin.engine import (
     image_info_from_inspect,
     parse_build_stream,
     tally_build_event,
+    write_build_context,
 )
 from stackpin.errors import BuildError, HostEnvironmentError
 
@@ -135,7 +139,7 @@ def test_build_kwargs_keep_the_network_mode_and_ignore_client_proxies(tmp_path):
     kwargs = build_kwargs(request)
 
     assert kwargs == {
-        "path": str(tmp_path),
+        "custom_context": True,
         "dockerfile": "Dockerfile",
         "labels": {"io.stackpin.cell": "cpu"},
         "buildargs": {"PIP_NO_INDEX": "1"},
@@ -251,3 +255,61 @@ def test_canned_streams_are_valid_json_lines():
     # Guards the fixtures above: a typo would make the parser tests vacuous.
     for line in FAILING_STREAM + SUCCESS_STREAM:
         assert isinstance(json.loads(line), dict)
+
+
+def _context(root, *, file_mode: int, mtime: int):
+    """A build context as a checkout under some umask, at some time, leaves it."""
+    (root / "wheels").mkdir(parents=True)
+    files = {
+        "Dockerfile": b"FROM scratch\nCOPY wheels /wheels\n",
+        "wheels/numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.whl": b"PK wheel bytes",
+        "entry.sh": b"#!/bin/sh\n",
+        "secret.env": b"TOKEN=x\n",
+        ".dockerignore": b"# keep secrets out\nsecret.env\nDockerfile\n",
+    }
+    for name, data in files.items():
+        path = root / name
+        path.write_bytes(data)
+        path.chmod(file_mode | (0o111 if name == "entry.sh" else 0))
+        os.utime(path, (mtime, mtime))
+    return root
+
+
+def _context_bytes(root, epoch):
+    out = io.BytesIO()
+    write_build_context(root, out, dockerfile="Dockerfile", source_date_epoch=epoch)
+    return out.getvalue()
+
+
+def test_build_context_bytes_do_not_depend_on_umask_or_checkout_time(tmp_path):
+    epoch = 1735689600
+    first = _context(tmp_path / "a", file_mode=0o644, mtime=epoch + 86400)
+    second = _context(tmp_path / "b", file_mode=0o664, mtime=epoch + 7 * 86400)
+
+    data = _context_bytes(first, epoch)
+
+    assert data == _context_bytes(second, epoch)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    # .dockerignore wins over secret.env but never over the Dockerfile (as docker build).
+    assert sorted(members) == [
+        ".dockerignore",
+        "Dockerfile",
+        "entry.sh",
+        "wheels",
+        "wheels/numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.whl",
+    ]
+    assert list(members) == sorted(members)
+    assert {m.mtime for m in members.values() if not m.isdir()} == {epoch}
+    assert members["entry.sh"].mode == 0o755
+    assert members["Dockerfile"].mode == 0o644
+    assert {(m.uid, m.gid, m.uname) for m in members.values()} == {(0, 0, "")}
+
+
+def test_build_context_keeps_older_mtimes_and_all_mtimes_without_an_epoch(tmp_path):
+    root = _context(tmp_path / "c", file_mode=0o644, mtime=1000)
+
+    with tarfile.open(fileobj=io.BytesIO(_context_bytes(root, 1735689600))) as tar:
+        assert tar.getmember("Dockerfile").mtime == 1000
+    with tarfile.open(fileobj=io.BytesIO(_context_bytes(root, None))) as tar:
+        assert tar.getmember("entry.sh").mtime == 1000
