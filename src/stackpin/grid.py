@@ -207,16 +207,23 @@ def _number(metrics: Mapping[str, Any], key: str) -> float | None:
     return float(value)
 
 
+def _best_gemm(row: Row, metrics: Mapping[str, Mapping[str, Any]]) -> tuple[float, str] | None:
+    # Passing checks only: the speed of a kernel with wrong results is moot.
+    measured = [
+        (tflops, name)
+        for name, check in row.checks.items()
+        if name.startswith("L1.gemm.") and check.status == "pass"
+        and (tflops := _number(metrics.get(name, {}), "tflops")) is not None
+    ]
+    return max(measured) if measured else None
+
+
 def _with_numbers(row: Row, metrics: Mapping[str, Mapping[str, Any]]) -> Row:
     numbers: dict[str, float] = {}
     gemm_check = ""
-    # Best GEMM over passing checks only: the speed of a kernel with wrong results is moot.
-    for name, check in sorted(row.checks.items()):
-        tflops = _number(metrics.get(name, {}), "tflops")
-        if name.startswith("L1.gemm.") and check.status == "pass" and tflops is not None and (
-            tflops > numbers.get("gemm_tflops", -1.0)
-        ):
-            numbers["gemm_tflops"], gemm_check = tflops, name
+    best = _best_gemm(row, metrics)
+    if best is not None:
+        numbers["gemm_tflops"], gemm_check = best
     speedup = _non_skipped(row, metrics, "L3.flash.speedup", "speedup_vs_sdpa")
     if speedup is not None:
         numbers["flash_speedup"] = speedup
