@@ -33,6 +33,7 @@ import docker.utils.build
 import requests
 
 from stackpin.errors import BuildError, HostEnvironmentError
+from stackpin.matrix import RunFlags
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 CONTAINER_PREFIX = "stackpin-"
@@ -380,6 +381,21 @@ def gpu_device_request(gpus: str) -> dict[str, Any]:
         return {"count": int(gpus), "capabilities": [["gpu"]]}
     ids = gpus.removeprefix("device=").split(",")
     return {"device_ids": ids, "capabilities": [["gpu"]]}
+
+
+def with_run_flags(request: RunRequest, flags: RunFlags) -> RunRequest:
+    """The request plus a cell's platform run flags (device nodes, groups, mounts, shm)."""
+    return replace(
+        request,
+        devices=request.devices + flags.devices,
+        group_add=request.group_add + flags.group_add,
+        volumes=request.volumes + flags.volumes,
+        shm_size=flags.shm_size or request.shm_size,
+        gpus=flags.gpus or request.gpus,
+        ipc_mode=flags.ipc or request.ipc_mode,
+        cap_add=request.cap_add + flags.cap_add,
+        security_opt=request.security_opt + flags.security_opt,
+    )
 
 
 def container_kwargs(request: RunRequest, name: str) -> dict[str, Any]:

@@ -27,9 +27,11 @@ from stackpin.engine import (
     image_info_from_inspect,
     parse_build_stream,
     tally_build_event,
+    with_run_flags,
     write_build_context,
 )
 from stackpin.errors import BuildError, HostEnvironmentError
+from stackpin.matrix import RunFlags
 
 # What docker 20.10's classic builder sends for a three-step build whose last RUN fails,
 # captured as JSON lines (one event per line, as the daemon streams them).
@@ -313,3 +315,26 @@ def test_build_context_keeps_older_mtimes_and_all_mtimes_without_an_epoch(tmp_pa
         assert tar.getmember("Dockerfile").mtime == 1000
     with tarfile.open(fileobj=io.BytesIO(_context_bytes(root, None))) as tar:
         assert tar.getmember("entry.sh").mtime == 1000
+
+
+def test_cell_run_flags_extend_a_request_and_stay_narrow():
+    flags = RunFlags(
+        devices=("/dev/kfd", "/dev/mkfd", "/dev/dri"),
+        group_add=("video",),
+        volumes=("/opt/hyhal:/opt/hyhal:ro",),
+        shm_size="32g",
+    )
+    base = RunRequest(image="stackpin/dtk:stable", volumes=("/srv/models:/models:ro",))
+
+    request = with_run_flags(base, flags)
+    host = host_config_kwargs(request)
+
+    assert request.devices == ("/dev/kfd", "/dev/mkfd", "/dev/dri")
+    assert request.volumes == ("/srv/models:/models:ro", "/opt/hyhal:/opt/hyhal:ro")
+    assert host["shm_size"] == "32g"
+    assert host["group_add"] == ["video"]
+    # Broad flags appear only when the cell opts in.
+    assert "ipc_mode" not in host
+    assert host["cap_add"] == []
+    assert host["security_opt"] == []
+    assert "privileged" not in host
