@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from stackpin import cimatrix
 from stackpin.cli.common import all_cells, project_root
-from stackpin.errors import ConfigurationError
+from stackpin.lock import read_lock, stale_reason
+from stackpin.matrix import Cell
 
 
-def _lock_digests(root: Path, cell_ids: list[str]) -> dict[str, str]:
-    """The lock digest of each cell that has a lock; unlocked cells get no digest tag."""
+def _lock_digests(root: Path, cells: dict[str, Cell]) -> dict[str, str]:
+    """Lock digest of each cell whose lock is current; a stale lock would not build."""
     digests: dict[str, str] = {}
-    for cell_id in cell_ids:
-        path = root / "pinning" / "locks" / f"{cell_id}.lock"
-        if not path.is_file():
-            continue
-        try:
-            digest = json.loads(path.read_text(encoding="utf-8")).get("digest", "")
-        except (json.JSONDecodeError, AttributeError):
-            msg = f"{path}: not a lock (JSON with a 'digest'); regenerate it with stackpin lock"
-            raise ConfigurationError(msg) from None
-        if isinstance(digest, str) and digest:
-            digests[cell_id] = digest
+    for cell_id, cell in sorted(cells.items()):
+        lock = read_lock(root, cell_id)
+        if lock is not None and stale_reason(lock, cell) is None:
+            digests[cell_id] = lock.digest
     return digests
 
 
@@ -65,7 +58,7 @@ def matrix(fmt: str, globs: tuple[str, ...], platforms: tuple[str, ...], runner_
         runner_kinds=cimatrix.parse_runner_kinds(runner_kinds),
     )
     result = cimatrix.plan(cells, selection)
-    digests = _lock_digests(project_root(), sorted(cells))
+    digests = _lock_digests(project_root(), cells)
     click.echo(cimatrix.render(result, fmt, lock_digests=digests), nl=False)
     if explain:
         click.echo(cimatrix.explain(result), nl=False, err=True)
