@@ -316,9 +316,13 @@ def _chromium() -> str:
         found = shutil.which(name)
         if found:
             return found
-    # CI starts from a fresh Debian machine: install Debian's chromium once.
-    done = subprocess.run(["apt-get", "install", "-y", "chromium"], capture_output=True,
-                          text=True, check=False)
+    # CI starts from a fresh Debian machine: install Debian's chromium once (a fresh
+    # machine may have no package lists yet, hence the update on a first failure).
+    install = ["apt-get", "install", "-y", "chromium"]
+    done = subprocess.run(install, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        subprocess.run(["apt-get", "update"], capture_output=True, check=False)
+        done = subprocess.run(install, capture_output=True, text=True, check=False)
     found = shutil.which("chromium")
     if done.returncode != 0 or found is None:
         pytest.skip(f"chromium missing and 'apt-get install -y chromium' failed: "
