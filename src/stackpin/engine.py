@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Concatenate, ParamSpec, TypeVar
 
 import docker
 import docker.errors
@@ -43,6 +43,8 @@ STREAM_TIMEOUT_S = 3600
 _STEP_LINE = re.compile(r"^Step \d+/\d+ : ")
 _CACHE_HIT = "---> Using cache"
 _LOADED = re.compile(r"^Loaded image(?: ID)?: (\S+)$")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _ignore(_line: str) -> None:
@@ -469,15 +471,42 @@ class _ChunkReader(io.RawIOBase):
         return size
 
 
+def _no_daemon_message(url: str) -> str:
+    return (
+        f"no Docker daemon answers at {url}: start one "
+        "(e.g. `dockerd &` as root, or `systemctl start docker`)"
+    )
+
+
+def _needs_daemon(
+    method: Callable[Concatenate[Engine, P], R],
+) -> Callable[Concatenate[Engine, P], R]:
+    """A daemon that stops mid-session gets the same one-line error as one never started."""
+
+    def call(self: Engine, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(self, *args, **kwargs)
+        except requests.exceptions.ConnectionError:
+            raise HostEnvironmentError(_no_daemon_message(self.url)) from None
+
+    call.__name__, call.__qualname__, call.__doc__ = (
+        method.__name__, method.__qualname__, method.__doc__
+    )
+    return call
+
+
 # --- the engine ------------------------------------------------------------------------
 
 
 class Engine:
     """A connection to one Docker daemon; every method takes or returns plain data."""
 
-    def __init__(self, *, api: docker.APIClient, client_kwargs: Mapping[str, Any]) -> None:
+    def __init__(
+        self, *, api: docker.APIClient, client_kwargs: Mapping[str, Any], url: str
+    ) -> None:
         self._api = api
         self._client_kwargs = dict(client_kwargs)
+        self.url = url
 
     @classmethod
     def connect(cls, *, environ: Mapping[str, str] | None = None, timeout_s: int = 60) -> Engine:
@@ -490,12 +519,8 @@ class Engine:
             api = docker.APIClient(**kwargs, timeout=timeout_s)
             api.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            msg = (
-                f"no Docker daemon answers at {url}: start one "
-                "(e.g. `dockerd &` as root, or `systemctl start docker`)"
-            )
-            raise HostEnvironmentError(msg, details=(str(exc),)) from None
-        return cls(api=api, client_kwargs=kwargs)
+            raise HostEnvironmentError(_no_daemon_message(url), details=(str(exc),)) from None
+        return cls(api=api, client_kwargs=kwargs, url=url)
 
     def close(self) -> None:
         self._api.close()
@@ -516,6 +541,7 @@ class Engine:
         finally:
             api.close()
 
+    @_needs_daemon
     def version(self) -> EngineVersion:
         data = self._api.version()
         return EngineVersion(
@@ -527,6 +553,7 @@ class Engine:
 
     # images ---------------------------------------------------------------------------
 
+    @_needs_daemon
     def image_info(self, reference: str) -> ImageInfo | None:
         """The image a reference (name:tag, ID or name@digest) names here, or None."""
         try:
@@ -538,6 +565,7 @@ class Engine:
     def image_exists(self, reference: str) -> bool:
         return self.image_info(reference) is not None
 
+    @_needs_daemon
     def list_images(self, label: str) -> list[ImageInfo]:
         """Every local image carrying ``label`` ("key" or "key=value"), newest first."""
         summaries = self._api.images(filters={"label": label})
@@ -545,12 +573,14 @@ class Engine:
         found = [i for i in infos if i is not None]
         return sorted(found, key=lambda i: (i.created, i.id), reverse=True)
 
+    @_needs_daemon
     def tag(self, image: str, reference: str) -> None:
         repository, _, tag = reference.rpartition(":")
         if not repository or "/" in tag:  # "host:5000/name" has no tag part
             repository, tag = reference, "latest"
         self._api.tag(image, repository, tag, force=True)
 
+    @_needs_daemon
     def remove_image(self, reference: str, *, force: bool = False) -> bool:
         """Remove an image; False when there was none."""
         try:
@@ -559,6 +589,7 @@ class Engine:
             return False
         return True
 
+    @_needs_daemon
     def pull(self, reference: str) -> ImageInfo:
         """Pull from a registry; a site without one is told to load a tar instead."""
         try:
@@ -581,6 +612,7 @@ class Engine:
 
     # build ----------------------------------------------------------------------------
 
+    @_needs_daemon
     def build(
         self, request: BuildRequest, *, on_line: Callable[[str], None] = _ignore
     ) -> BuildResult:
@@ -652,6 +684,7 @@ class Engine:
             with contextlib.suppress(docker.errors.NotFound):
                 self._api.remove_container(name, force=True, v=True)
 
+    @_needs_daemon
     def _start(self, request: RunRequest, name: str) -> RunningContainer:
         try:
             host_config = self._api.create_host_config(**host_config_kwargs(request))
@@ -675,6 +708,7 @@ class Engine:
                 stdout=running.logs(stderr=False),
             )
 
+    @_needs_daemon
     def list_stackpin_containers(self) -> list[str]:
         """Names of every container (running or not) that stackpin created."""
         found = self._api.containers(all=True, filters={"name": CONTAINER_PREFIX})
@@ -698,6 +732,7 @@ class Engine:
                     raise HostEnvironmentError(msg)
                 yield from response.iter_content(request.chunk_size)
 
+    @_needs_daemon
     def load(self, source: Path | IO[bytes] | Iterable[bytes]) -> LoadResult:
         """``docker load`` from a file, a file object or an iterator of byte chunks."""
         with contextlib.ExitStack() as stack:
@@ -711,6 +746,7 @@ class Engine:
         ids = tuple(self._must_inspect(r).id for r in references)
         return LoadResult(references=references, image_ids=ids)
 
+    @_needs_daemon
     def import_image(self, request: ImportRequest) -> ImageInfo:
         """``docker import`` of a rootfs tar with Dockerfile ``changes`` (ENV, CMD...)."""
         reference = f"{request.repository}:{request.tag}"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
 import os
 import re
+import socketserver
 import tarfile
+import threading
 
 import pytest
 
@@ -338,3 +341,38 @@ def test_cell_run_flags_extend_a_request_and_stay_narrow():
     assert host["cap_add"] == []
     assert host["security_opt"] == []
     assert "privileged" not in host
+
+
+class _PretendDaemon(http.server.BaseHTTPRequestHandler):
+    """Answers the two calls Engine.connect makes, like a daemon that then goes away."""
+
+    def do_GET(self):
+        body = {"/_ping": b"OK", "/version": json.dumps({"ApiVersion": "1.41"}).encode()}.get(
+            self.path.split("?")[0].removeprefix("/v1.41"), b"{}"
+        )
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def address_string(self):  # unix sockets have no peer address
+        return "unix"
+
+    def log_message(self, *args):
+        pass
+
+
+def test_daemon_that_stops_mid_session_gives_the_same_one_line_error(tmp_path):
+    sock = tmp_path / "docker.sock"
+    server = socketserver.UnixStreamServer(str(sock), _PretendDaemon)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    engine = Engine.connect(environ={"DOCKER_HOST": f"unix://{sock}"}, timeout_s=5)
+    server.shutdown()
+    server.server_close()
+    sock.unlink()
+
+    with pytest.raises(HostEnvironmentError) as caught:
+        engine.image_info("stackpin/base-bookworm:0123456789ab")
+
+    assert caught.value.message.startswith(f"no Docker daemon answers at unix://{sock}: start one")
