@@ -239,7 +239,9 @@ def bootstrap_image(
 ) -> str:
     """The reference of the bootstrapped base, built and loaded only when missing."""
     reference = base_reference(req)
-    if engine.image_info(reference) is not None:
+    present = engine.image_info(reference)
+    # The label guards against a tag that someone pointed at another image.
+    if present is not None and present.labels.get(DIGEST_LABEL) == request_digest(req):
         on_line(f"base: {reference} is already loaded; reusing it")
         return reference
     rootfs = rootfs_path(req, cache_dir)

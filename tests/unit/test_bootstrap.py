@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from stackpin.bootstrap import (
+    DIGEST_LABEL,
     BootstrapRequest,
     base_reference,
     bootstrap_image,
@@ -223,7 +224,10 @@ def test_same_rootfs_gives_the_same_image_id(request_, tmp_path):
 
 
 def test_loaded_image_skips_everything(request_, tmp_path):
-    engine = FakeEngine({base_reference(request_): _info("sha256:" + "22" * 32)})
+    loaded = dataclasses.replace(
+        _info("sha256:" + "22" * 32), labels={DIGEST_LABEL: request_digest(request_)}
+    )
+    engine = FakeEngine({base_reference(request_): loaded})
     lines: list[str] = []
 
     reference = bootstrap_image(engine, request_, cache_dir=tmp_path, on_line=lines.append)
@@ -231,6 +235,16 @@ def test_loaded_image_skips_everything(request_, tmp_path):
     assert reference == base_reference(request_)
     assert engine.archives == []
     assert lines == [f"base: {reference} is already loaded; reusing it"]
+
+
+def test_a_tag_pointing_at_another_image_is_replaced_from_the_cache(request_, tmp_path):
+    _cache_rootfs(request_, tmp_path)
+    engine = FakeEngine({base_reference(request_): _info("sha256:" + "77" * 32)})
+
+    bootstrap_image(engine, request_, cache_dir=tmp_path)
+
+    assert len(engine.archives) == 1
+    assert engine.images[base_reference(request_)].id != "sha256:" + "77" * 32
 
 
 def test_missing_mmdebstrap_says_how_to_install_it(request_, tmp_path, monkeypatch):
