@@ -330,3 +330,13 @@ def test_copied_files_carry_the_clamped_mtime_and_normal_mode(
     )
 
     assert result.stdout.split() == ["1735689600", "644", "0"]
+
+
+def test_pull_without_a_registry_says_to_load_a_tar(docker_engine):
+    # Port 1 on loopback refuses at once: the daemon's answer for an unreachable registry.
+    with pytest.raises(HostEnvironmentError) as caught:
+        docker_engine.pull("127.0.0.1:1/vendor/dtk:26.04")
+
+    assert caught.value.message.startswith("cannot pull 127.0.0.1:1/vendor/dtk:26.04: ")
+    assert "(--base-tar)" in caught.value.message
+    assert "\n" not in caught.value.message
