@@ -10,7 +10,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 
-from stackpin_verify.cli import main  # noqa: E402 - the environment must be set first
+from stackpin_verify.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

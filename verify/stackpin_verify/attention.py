@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Sequence
 
 import torch
-import torch.nn.functional as F  # noqa: N812 - the conventional name
+import torch.nn.functional as F
 
 from stackpin_verify.checks import Metrics
 
@@ -59,7 +59,7 @@ def _forward_backward(
         return out, []
     if not out.requires_grad:
         return out, [None for _ in leaves]
-    out.backward(grad_out.to(out.dtype))
+    torch.autograd.backward(out, grad_tensors=grad_out.to(out.dtype))
     return out, [leaf.grad for leaf in leaves]
 
 
@@ -83,8 +83,11 @@ def compare_attention(
     grad_out = torch.randn(out_shape, generator=gen, dtype=wide).to(inputs[0].device)
     ref_out, ref_grads = _forward_backward(reference, ref_inputs, grad_out if backward else None)
     out, grads = _forward_backward(fn, inputs, grad_out if backward else None)
-    metrics: Metrics = {"tolerance": tolerance, "shape_q": list(inputs[0].shape),
-                        "shape_kv": list(inputs[1].shape)}
+    metrics: Metrics = {
+        "tolerance": tolerance,
+        "shape_q": list(inputs[0].shape),
+        "shape_kv": list(inputs[1].shape),
+    }
     if out.shape != ref_out.shape:
         return metrics, f"output shape {list(out.shape)} != expected {list(ref_out.shape)}"
     diffs = {"out": _diffs(out, ref_out)}
@@ -114,6 +117,7 @@ def _judge_diffs(diffs: dict[str, tuple[float, float]], tolerance: float) -> str
     if not bad:
         return None
     parts = ", ".join(
-        f"{name} max_abs_diff {raw:.3g} (scaled {scaled:.3g})" for name, (raw, scaled) in bad.items()
+        f"{name} max_abs_diff {raw:.3g} (scaled {scaled:.3g})"
+        for name, (raw, scaled) in bad.items()
     )
     return f"{parts} exceed tolerance {tolerance:g}"

@@ -21,7 +21,7 @@ Metrics = dict[str, Any]
 _MAX_REASON = 2000
 
 
-class Skip(Exception):  # noqa: N818 - it is a signal, not an error
+class Skip(Exception):
     """The check does not apply on this host; the message says why."""
 
 
@@ -85,7 +85,7 @@ def run_check(
         return _result(name, level, required, "skip", str(exc), {}, start)
     except CheckFailed as exc:
         return _result(name, level, required, "fail", exc.reason[:_MAX_REASON], exc.metrics, start)
-    except Exception as exc:  # noqa: BLE001 - any crash inside a check is that check's failure
+    except Exception as exc:
         return _result(name, level, required, "fail", describe_exception(exc), {}, start)
     return _result(name, level, required, "pass", "", metrics, start)
 

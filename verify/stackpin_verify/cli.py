@@ -34,17 +34,33 @@ def build_parser() -> argparse.ArgumentParser:
         description="Verify that a stackpin image (or this host) computes, trains and "
         "generates correctly. Writes report.json and report.xml.",
     )
-    parser.add_argument("--levels", type=parse_levels, default=list(LEVELS),
-                        help="comma-separated levels to run (default: all, 0-7)")
-    parser.add_argument("--out-dir", type=Path, default=Path("verify-report"),
-                        help="where report.json and report.xml go (default: ./verify-report)")
-    parser.add_argument("--image-info", type=Path, default=None,
-                        help=f"image description (default: {environment.DEFAULT_IMAGE_INFO} "
-                        "when it exists)")
-    parser.add_argument("--dtype", choices=("auto", "bf16", "fp16", "fp32"), default="auto",
-                        help="precision for attention and training checks (default: auto)")
-    parser.add_argument("--json", action="store_true",
-                        help="print the JSON report instead of the summary table")
+    parser.add_argument(
+        "--levels",
+        type=parse_levels,
+        default=list(LEVELS),
+        help="comma-separated levels to run (default: all, 0-7)",
+    )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path("verify-report"),
+        help="where report.json and report.xml go (default: ./verify-report)",
+    )
+    parser.add_argument(
+        "--image-info",
+        type=Path,
+        default=None,
+        help=f"image description (default: {environment.DEFAULT_IMAGE_INFO} when it exists)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("auto", "bf16", "fp16", "fp32"),
+        default="auto",
+        help="precision for attention and training checks (default: auto)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the JSON report instead of the summary table"
+    )
     return parser
 
 

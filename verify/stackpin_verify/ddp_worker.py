@@ -30,15 +30,18 @@ def allreduce(device: torch.device) -> dict[str, Any]:
     tensor = torch.full((1024,), float(rank + 1), device=device)
     dist.all_reduce(tensor)
     expected = world * (world + 1) / 2
-    return {"world_size": world, "expected": expected,
-            "max_abs_err": float((tensor - expected).abs().max())}
+    return {
+        "world_size": world,
+        "expected": expected,
+        "max_abs_err": float((tensor - expected).abs().max()),
+    }
 
 
 def _model(device: torch.device) -> torch.nn.Module:
     torch.manual_seed(0)  # identical initial weights on every rank
-    return torch.nn.Sequential(
-        torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)
-    ).to(device)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).to(
+        device
+    )
 
 
 def _flat_grads(model: torch.nn.Module) -> torch.Tensor:
@@ -88,8 +91,7 @@ def main() -> None:
     dist.init_process_group(args.backend)
     try:
         device = device_for(args.backend)
-        result = {"backend": args.backend, "allreduce": allreduce(device),
-                  "ddp": ddp_step(device)}
+        result = {"backend": args.backend, "allreduce": allreduce(device), "ddp": ddp_step(device)}
         if dist.get_rank() == 0:
             tmp = args.out.with_suffix(".tmp")
             tmp.write_text(json.dumps(result), encoding="utf-8")

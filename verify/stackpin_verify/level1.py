@@ -40,7 +40,9 @@ def dtype_support(dtype: torch.dtype, device: torch.device) -> str | None:
     return None
 
 
-def judge_gemm(out: torch.Tensor, ref: torch.Tensor, tolerance: float) -> tuple[Metrics, str | None]:
+def judge_gemm(
+    out: torch.Tensor, ref: torch.Tensor, tolerance: float
+) -> tuple[Metrics, str | None]:
     """Compare a product with its float64 reference: finite first, then relative error."""
     out64 = out.to(torch.float64)
     finite = bool(torch.isfinite(out64).all())
@@ -51,7 +53,9 @@ def judge_gemm(out: torch.Tensor, ref: torch.Tensor, tolerance: float) -> tuple[
     scale = max(float(ref.abs().max()), 1e-30)
     metrics: Metrics = {"max_abs_err": max_abs, "rel_err": max_abs / scale, "tolerance": tolerance}
     if max_abs / scale > tolerance:
-        reason = f"relative error {max_abs / scale:.3g} exceeds {tolerance:g} (max abs {max_abs:.3g})"
+        reason = (
+            f"relative error {max_abs / scale:.3g} exceeds {tolerance:g} (max abs {max_abs:.3g})"
+        )
         return metrics, reason
     return metrics, None
 

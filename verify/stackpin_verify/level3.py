@@ -7,7 +7,7 @@ import importlib.util
 from types import ModuleType
 
 import torch
-import torch.nn.functional as F  # noqa: N812 - the conventional name
+import torch.nn.functional as F
 
 from stackpin_verify.attention import AttnFn, compare_attention, make_qkv, math_attention, sdpa
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
@@ -41,7 +41,7 @@ def _causal(causal: bool) -> str:
 def sdpa_support(dtype: torch.dtype, device: torch.device) -> str | None:
     try:
         q = torch.ones(1, 1, 4, 8, dtype=dtype, device=device, requires_grad=True)
-        F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+        torch.autograd.backward(F.scaled_dot_product_attention(q, q, q, is_causal=True).sum())
     except (RuntimeError, TypeError) as exc:
         return f"SDPA in {dtype} unsupported on {device.type}: {exc}"
     return None
@@ -96,7 +96,9 @@ def flash_wanted(ctx: Context) -> bool:
 
 def run_flash(ctx: Context) -> list[CheckResult]:
     if not flash_wanted(ctx):
-        skip = functools.partial(_skip, "flash_attn not installed and image attention is not flash_attn")
+        skip = functools.partial(
+            _skip, "flash_attn not installed and image attention is not flash_attn"
+        )
         return [run_check("L3.flash", skip)]
     gate = run_check("L3.flash.import", functools.partial(check_flash_import, ctx))
     results = [gate]
@@ -114,8 +116,10 @@ def run_flash(ctx: Context) -> list[CheckResult]:
             continue
         fn = functools.partial(check_flash_case, ctx, kind, dim=dim, causal=causal)
         results.append(run_check(name, fn))
-    speedup = functools.partial(check_flash_speedup, ctx) if gate.status == "pass" else (
-        functools.partial(_skip, "L3.flash.import did not pass")
+    speedup = (
+        functools.partial(check_flash_speedup, ctx)
+        if gate.status == "pass"
+        else (functools.partial(_skip, "L3.flash.import did not pass"))
     )
     results.append(run_check("L3.flash.speedup", speedup, required=False))
     return results
@@ -147,8 +151,12 @@ def check_flash_case(ctx: Context, kind: str, *, dim: int, causal: bool) -> Metr
     batch, seq, heads_q = 2, 256, 8
     heads_kv = 2 if kind == "gqa" else heads_q
     # flash_attn takes [B, S, H, D]; SDPA, the reference, takes [B, H, S, D].
-    q, k, v = make_qkv([batch, seq, heads_q, dim], [batch, seq, heads_kv, dim],
-                       dtype=torch.bfloat16, device=ctx.device)
+    q, k, v = make_qkv(
+        [batch, seq, heads_q, dim],
+        [batch, seq, heads_kv, dim],
+        dtype=torch.bfloat16,
+        device=ctx.device,
+    )
     tolerance = TOLERANCE["bf16"]
     try:
         if kind == "varlen":
@@ -209,8 +217,9 @@ def _compare_varlen(
 def check_flash_speedup(ctx: Context) -> Metrics:
     flash = _flash(ctx)
     batch, seq, heads, dim = SPEEDUP_SHAPE
-    q, k, v = make_qkv([batch, seq, heads, dim], [batch, seq, heads, dim],
-                       dtype=torch.bfloat16, device=ctx.device)
+    q, k, v = make_qkv(
+        [batch, seq, heads, dim], [batch, seq, heads, dim], dtype=torch.bfloat16, device=ctx.device
+    )
     flash_ms, _ = median_ms(lambda: flash.flash_attn_func(q, k, v, causal=True), ctx.device)
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
     sdpa_ms, _ = median_ms(lambda: sdpa(qt, kt, vt, causal=True), ctx.device)

@@ -30,8 +30,10 @@ def run(ctx: Context) -> list[CheckResult]:
     for kind in ("int8", "nf4"):
         name = f"L4.bitsandbytes.{kind}"
         if ctx.image_field("bitsandbytes") == "disabled" or gate.status != "pass":
-            why = "bitsandbytes disabled by the image" if gate.status == "pass" else (
-                f"L4.bitsandbytes did not pass: {gate.reason}"
+            why = (
+                "bitsandbytes disabled by the image"
+                if gate.status == "pass"
+                else (f"L4.bitsandbytes did not pass: {gate.reason}")
             )
             results.append(run_check(name, functools.partial(_skip, why)))
         else:
@@ -119,12 +121,12 @@ def _quantized_layer(bnb: ModuleType, kind: str, weight: torch.Tensor) -> torch.
     out_features, in_features = weight.shape
     layer: torch.nn.Module
     if kind == "int8":
-        layer = bnb.nn.Linear8bitLt(in_features, out_features, bias=False,
-                                    has_fp16_weights=False)
+        layer = bnb.nn.Linear8bitLt(in_features, out_features, bias=False, has_fp16_weights=False)
         layer.weight = bnb.nn.Int8Params(weight, requires_grad=False, has_fp16_weights=False)
     else:
-        layer = bnb.nn.Linear4bit(in_features, out_features, bias=False,
-                                  compute_dtype=torch.float16, quant_type="nf4")
+        layer = bnb.nn.Linear4bit(
+            in_features, out_features, bias=False, compute_dtype=torch.float16, quant_type="nf4"
+        )
         layer.weight = bnb.nn.Params4bit(weight, requires_grad=False, quant_type="nf4")
     return layer
 

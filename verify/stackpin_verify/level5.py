@@ -109,13 +109,13 @@ def lora_session(ctx: Context) -> LoraSession:
     if session is None:
         session = new_session(ctx)
         ctx.cache["lora"] = session
-    assert isinstance(session, LoraSession)  # noqa: S101 - narrows the cache's Any
+    assert isinstance(session, LoraSession)
     return session
 
 
 def check_lora_attach(ctx: Context, targets: Sequence[str] = tinylm.LORA_TARGETS) -> Metrics:
-    session = lora_session(ctx) if tuple(targets) == tinylm.LORA_TARGETS else (
-        new_session(ctx, targets)
+    session = (
+        lora_session(ctx) if tuple(targets) == tinylm.LORA_TARGETS else (new_session(ctx, targets))
     )
     metrics: Metrics = {
         "trainable_params": session.trainable,
@@ -148,7 +148,7 @@ def trace_metrics(trace: training.Trace, trainable: int) -> Metrics:
 
 def check_lora_train(ctx: Context) -> Metrics:
     session = trained_session(ctx)
-    assert session.trace is not None  # noqa: S101 - set by trained_session
+    assert session.trace is not None
     metrics = trace_metrics(session.trace, session.trainable)
     metrics["dtype"] = str(ctx.train_dtype()).removeprefix("torch.")
     require(training.judge_trainable(session.trainable, session.expected), metrics)
@@ -190,7 +190,10 @@ def check_full_step(ctx: Context) -> Metrics:
     metrics.update(loss_after=loss_after, changed_tensors=changed, tensors=len(before))
     require(training.judge_trace(trace, min_drop=1.0), metrics)
     if changed == 0 or not loss_after < trace.losses[0]:
-        msg = f"one full step changed {changed} tensors; loss {trace.losses[0]:.4g} -> {loss_after:.4g}"
+        msg = (
+            f"one full step changed {changed} tensors; "
+            f"loss {trace.losses[0]:.4g} -> {loss_after:.4g}"
+        )
         raise CheckFailed(msg, metrics)
     return metrics
 

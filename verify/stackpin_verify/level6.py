@@ -56,14 +56,15 @@ def generations(ctx: Context) -> list[Generation]:
     cached = ctx.cache.get("generations")
     if cached is None:
         session = trained_session(ctx)
-        assert session.trace is not None  # noqa: S101 - set by trained_session
+        assert session.trace is not None
         # Generation from a model that did not learn says nothing about correctness.
         reason = judge_trace(session.trace)
         if reason:
-            raise CheckFailed(f"training (L5.lora.train) failed, nothing to generate from: {reason}")
+            msg = f"training (L5.lora.train) failed, nothing to generate from: {reason}"
+            raise CheckFailed(msg)
         cached = generate_all(session.model, session.tokenizer, tinylm.GOLDEN, ctx.device)
         ctx.cache["generations"] = cached
-    assert isinstance(cached, list)  # noqa: S101 - narrows the cache's Any
+    assert isinstance(cached, list)
     return cached
 
 
@@ -132,5 +133,6 @@ def check_logits_finite(ctx: Context, found: Sequence[Generation] | None = None)
     for g in found:
         reason = detect_nonfinite(g.logits)
         if reason:
-            raise CheckFailed(f"{g.prompt!r}: {reason}", metrics)
+            msg = f"{g.prompt!r}: {reason}"
+            raise CheckFailed(msg, metrics)
     return metrics

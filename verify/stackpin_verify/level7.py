@@ -59,7 +59,7 @@ def _worker_env() -> dict[str, str]:
 def run_torchrun(command: list[str], *, timeout_s: float) -> tuple[int, str]:
     """Run in a new session so a timeout kills torchrun and all its workers as a group
     (workers do not carry the launcher's name, dcu-facts: kill by process tree)."""
-    proc = subprocess.Popen(  # noqa: S603 - fixed argv built above
+    proc = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -90,7 +90,7 @@ def distributed_result(ctx: Context) -> dict[str, Any]:
                 cached = json.loads(out.read_text(encoding="utf-8"))
                 cached["nproc"] = nproc
         ctx.cache["distributed"] = cached
-    assert isinstance(cached, dict)  # noqa: S101 - narrows the cache's Any
+    assert isinstance(cached, dict)
     if "error" in cached:
         raise CheckFailed(str(cached["error"]))
     return cached
@@ -107,8 +107,11 @@ def judge_allreduce(result: dict[str, Any]) -> str | None:
 
 def check_allreduce(ctx: Context) -> Metrics:
     result = distributed_result(ctx)
-    metrics: Metrics = {"backend": result["backend"], "nproc": result["nproc"],
-                        **result["allreduce"]}
+    metrics: Metrics = {
+        "backend": result["backend"],
+        "nproc": result["nproc"],
+        **result["allreduce"],
+    }
     require(judge_allreduce(result["allreduce"]), metrics)
     return metrics
 

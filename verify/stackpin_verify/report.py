@@ -131,9 +131,9 @@ def write_reports(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     json_path = out_dir / "report.json"
     xml_path = out_dir / "report.xml"
     _atomic_write(json_path, json.dumps(report, indent=2, sort_keys=False, default=str) + "\n")
-    tree = ET.ElementTree(to_junit(report))
-    ET.indent(tree)
-    xml_text = ET.tostring(tree.getroot(), encoding="unicode", xml_declaration=True)
+    root = to_junit(report)
+    ET.indent(root)
+    xml_text = ET.tostring(root, encoding="unicode", xml_declaration=True)
     _atomic_write(xml_path, xml_text + "\n")
     return json_path, xml_path
 
@@ -169,4 +169,3 @@ def summary_table(report: dict[str, Any], *, reason_width: int = 70) -> str:
         f"in {totals['duration_s']:.1f} s; backend {report['backend']}"
     )
     return "\n".join(lines)
-

@@ -52,9 +52,7 @@ def make_context(
     )
 
 
-def run_levels(
-    ctx: Context, levels: Iterable[int]
-) -> tuple[list[CheckResult], dict[int, float]]:
+def run_levels(ctx: Context, levels: Iterable[int]) -> tuple[list[CheckResult], dict[int, float]]:
     """All checks of the levels in order, and each level's wall-clock seconds."""
     results: list[CheckResult] = []
     durations: dict[int, float] = {}

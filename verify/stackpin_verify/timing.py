@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -32,8 +33,8 @@ def median_ms(
 
 def _time_once(fn: Callable[[], object], device: torch.device) -> float:
     if device.type == "cuda":
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
+        start = _event()
+        end = _event()
         start.record()
         fn()
         end.record()
@@ -42,3 +43,8 @@ def _time_once(fn: Callable[[], object], device: torch.device) -> float:
     begin = time.perf_counter()
     fn()
     return (time.perf_counter() - begin) * 1e3
+
+
+def _event() -> Any:
+    # torch.cuda.Event is untyped in some torch releases; HIP builds provide it too.
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]

@@ -3,6 +3,7 @@ in code: the verification must never download anything."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,24 +29,27 @@ GOLDEN: tuple[tuple[str, str], ...] = (
 Batch = dict[str, torch.Tensor]
 
 
+def _transformers(name: str) -> Any:
+    """A transformers class, typed Any: its stubs vary between the versions images pin."""
+    return getattr(importlib.import_module("transformers"), name)
+
+
 def build_tokenizer() -> Any:
     """Character-level fast tokenizer from an in-memory WordLevel model."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+
+    fast_tokenizer: Any = _transformers("PreTrainedTokenizerFast")
 
     vocab = {PAD: 0, EOS: 1, UNK: 2}
     vocab.update({char: index + 3 for index, char in enumerate(ALPHABET)})
     core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, eos_token=EOS,
-                                   unk_token=UNK)
+    return fast_tokenizer(tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token=UNK)
 
 
 def build_config(vocab_size: int) -> Any:
-    from transformers import Qwen2Config
-
-    return Qwen2Config(
+    return _transformers("Qwen2Config")(
         vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=128,
@@ -64,10 +68,8 @@ def build_config(vocab_size: int) -> Any:
 
 
 def build_model(config: Any, *, dtype: torch.dtype, device: torch.device) -> Any:
-    from transformers import Qwen2ForCausalLM
-
     torch.manual_seed(SEED)
-    model = Qwen2ForCausalLM(config).to(dtype=dtype)
+    model = _transformers("Qwen2ForCausalLM")(config).to(dtype=dtype)
     model.config.use_cache = False
     return model.to(device)
 
