@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,3 +29,26 @@ def shipped_cells() -> dict[str, Cell]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Integration tests against the real daemon run last (tox's rule: cheap feedback first).
     items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
+
+
+def _stackpin(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stackpin.cli.main", *args],
+        cwd=cwd, capture_output=True, text=True, check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def cpu_image(docker_engine) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The CPU default image, built through the real CLI (fetch + build) when missing.
+
+    Returns the build record (image_id, tags, sizes). A warm build reuses every layer,
+    so running the suite after `scripts/demo.sh` costs seconds.
+    """
+    for args in (("wheels", "fetch", CPU_CELL), ("build", CPU_CELL)):
+        if args[0] == "wheels" and not _stackpin("wheels", "verify", CPU_CELL).returncode:
+            continue
+        done = _stackpin(*args)
+        assert done.returncode == 0, f"stackpin {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    record = json.loads((ROOT / "build" / "records" / f"{CPU_CELL}-stable.json").read_text())
+    return dict(record)

@@ -3,8 +3,8 @@
 Order of a build, each step able to stop it with a one-line error:
 1. preflight (pure): cross-checks, pinned hashes, lock current and complete, wheelhouse
    identical to the lock;
-2. base: bootstrapped from Debian packages, or an image present locally / loaded from a
-   tar / pulled, and checked against its pinned digest;
+2. base (stackpin.bootstrap.ensure_base): bootstrapped from Debian packages, or an image
+   present locally / loaded from a tar / pulled, and checked against its pinned digest;
 3. context staged under build/context/<cell>-<variant>/ (rendered files, verify/, the
    locked wheels hard-linked);
 4. the classic builder runs with network_mode "none", so every RUN step is offline: a
@@ -22,14 +22,13 @@ from pathlib import Path
 from stackpin import __version__
 from stackpin.checks import check_cell
 from stackpin.context import stage_context
-from stackpin.engine import BuildRequest, BuildResult, Engine, RunRequest, digest_matches
+from stackpin.engine import BuildRequest, BuildResult, Engine, RunRequest
 from stackpin.errors import HostEnvironmentError, ValidationError
 from stackpin.lock import Lock, atomic_write
 from stackpin.matrix import Cell, Variant, pinned_wheels
 from stackpin.render import (
     Rendered,
     RenderRequest,
-    base_reference,
     image_tags,
     layer_groups,
     render,
@@ -61,40 +60,6 @@ def preflight(cell: Cell, lock: Lock | None, root: Path) -> Lock:
         raise ValidationError(msg)
     require_complete(lock, cell, root)
     return lock
-
-
-def ensure_base(
-    engine: Engine, cell: Cell, *, root: Path, base_tar: Path | None, on_line: LineSink
-) -> str:
-    """Make the base named in FROM exist locally; return its image ID."""
-    reference = base_reference(cell)
-    if cell.base.bootstrap is not None:
-        info = engine.image_info(reference)
-        if info is None:
-            from stackpin.bootstrap import bootstrap_image, bootstrap_request
-
-            built = bootstrap_image(
-                engine, bootstrap_request(cell), cache_dir=root / "build" / "cache",
-                on_line=on_line,
-            )
-            engine.tag(built, reference)
-            info = engine.image_info(reference)
-        assert info is not None
-        return info.id
-    if base_tar is not None:
-        on_line(f"base: loading {base_tar}")
-        engine.load(base_tar)
-    info = engine.image_info(reference)
-    if info is None:
-        on_line(f"base: pulling {reference}")
-        info = engine.pull(reference)
-    if cell.base.digest and not digest_matches(info, cell.base.digest):
-        msg = (
-            f"base {reference} is {info.id}, not the pinned {cell.base.digest}: load the "
-            "pinned base (--base-tar) or re-pin base.digest after reviewing the new one"
-        )
-        raise ValidationError(msg)
-    return info.id
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +98,9 @@ def plan(
         labels=provenance,
         network_mode="none",
         nocache=no_cache,
+        # Context files get this mtime and normalised modes: checkout time and umask
+        # must not reach the COPY layers.
+        source_date_epoch=cell.source_date_epoch,
         log_path=root / "build" / "logs" / f"{cell.id}-{variant}.log",
     )
     return BuildPlan(cell=cell, variant=variant, lock=lock, rendered=rendered,

@@ -8,7 +8,6 @@ are not part of it: the build stages them beside these files.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 from collections.abc import Mapping
@@ -62,21 +61,12 @@ class Rendered:
 
 
 def bootstrap_tag(cell: Cell) -> str:
-    """Image reference of a bootstrapped base: a digest of everything that shapes it."""
-    spec = cell.base.bootstrap
-    assert spec is not None
-    key = json.dumps(
-        {
-            "suite": spec.suite,
-            "mirror": spec.mirror,
-            "packages": sorted(spec.packages),
-            "variant": spec.mmdebstrap_variant,
-            "source_date_epoch": cell.source_date_epoch,
-            "cpu_arch": cell.cpu_arch,
-        },
-        sort_keys=True,
-    )
-    return f"stackpin/base-{spec.suite}:{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    """Image reference of a bootstrapped base: a digest of the exact mmdebstrap recipe."""
+    # Imported here: the recipe (argv, hooks) lives with the code that runs it.
+    from stackpin.bootstrap import base_reference as bootstrap_reference
+    from stackpin.bootstrap import bootstrap_request
+
+    return bootstrap_reference(bootstrap_request(cell))
 
 
 def base_reference(cell: Cell) -> str:

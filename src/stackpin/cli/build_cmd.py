@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from stackpin import __version__
-from stackpin.build import ensure_base, execute, plan, preflight
+from stackpin.bootstrap import ensure_base
+from stackpin.build import execute, plan, preflight, stage
 from stackpin.cli.common import DEFAULT_CELL, cell_by_id, echo_json, json_option, project_root
 from stackpin.cli.progress import StepProgress
 from stackpin.engine import Engine
@@ -59,9 +60,12 @@ def provenance_labels(root: Path) -> dict[str, str]:
 @click.option("--base-tar", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Load the base image from this `docker save` tar first (air-gapped sites).")
 @click.option("-v", "--verbose", is_flag=True, help="Print every build line, not just steps.")
+@click.option("--prepare-only", is_flag=True,
+              help="Stage build/context/CELL-VARIANT/ (Dockerfile + locked wheels) and stop; "
+                   "for external builders such as `docker buildx bake`.")
 @json_option
 def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None, verbose: bool,
-            as_json: bool) -> None:
+            prepare_only: bool, as_json: bool) -> None:
     """Build CELL's images offline from the locked wheelhouse (default: CPU default cell).
 
     Refuses, before Docker does any work: matrix violations, unpinned vendor hashes, a
@@ -74,14 +78,24 @@ def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None, v
     cell = cell_by_id(cell_id, root)
     variants = selected_variants(cell, variant)
     lock = preflight(cell, read_lock(root, cell.id), root)
-    progress = StepProgress(verbose=verbose)
-    records = []
-    with Engine.connect() as engine:
-        base_id = ensure_base(engine, cell, root=root, base_tar=base_tar, on_line=progress)
+    if prepare_only:
         for name in variants:
             build_plan = plan(cell, name, lock, root=root, no_cache=no_cache,
                               provenance=provenance_labels(root))
-            record = execute(engine, build_plan, root=root, base_id=base_id, on_line=progress)
+            stage(build_plan, root)
+            tags = ", ".join(build_plan.request.tags)
+            click.echo(f"context: {build_plan.context_dir}/ (tags {tags})")
+        return
+    progress = StepProgress(verbose=verbose)
+    records = []
+    with Engine.connect() as engine:
+        base = ensure_base(engine, cell, cache_dir=root / "build" / "cache", base_tar=base_tar,
+                           on_line=progress)
+        for name in variants:
+            build_plan = plan(cell, name, lock, root=root, no_cache=no_cache,
+                              provenance=provenance_labels(root))
+            record = execute(engine, build_plan, root=root, base_id=base.image_id,
+                             on_line=progress)
             progress.done()
             records.append(record)
             if not as_json:

@@ -1,0 +1,156 @@
+"""The CPU default built end to end on the real daemon: tags, labels, hygiene, imports, faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.conftest import CPU_CELL, ROOT
+
+from stackpin.engine import Engine, RunRequest
+from stackpin.lock import read_lock
+
+pytestmark = pytest.mark.docker
+
+
+def run_in(engine: Engine, image: str, *command: str) -> str:
+    result = engine.run_to_completion(
+        RunRequest(image=image, command=command, network_mode="none"), timeout_s=600
+    )
+    assert result.exit_code == 0, result.logs
+    return result.stdout
+
+
+def test_image_is_tagged_with_variant_and_lock_digest(cpu_image, docker_engine: Engine):
+    lock = read_lock(ROOT, CPU_CELL)
+    assert lock is not None
+    expected = {f"stackpin/{CPU_CELL}:stable-{lock.digest[:12]}", f"stackpin/{CPU_CELL}:stable"}
+    info = docker_engine.image_info(str(cpu_image["image_id"]))
+    assert info is not None
+    assert expected <= set(info.tags)
+
+
+def test_labels_are_present_and_parse(cpu_image, docker_engine: Engine):
+    info = docker_engine.image_info(str(cpu_image["image_id"]))
+    assert info is not None
+    labels = info.labels
+    lock = read_lock(ROOT, CPU_CELL)
+    assert lock is not None
+    assert labels["io.stackpin.cell"] == CPU_CELL
+    assert labels["io.stackpin.variant"] == "stable"
+    assert labels["io.stackpin.lock-digest"] == lock.digest
+    assert json.loads(labels["io.stackpin.cell-json"])["python"] == "cp311"
+    assert labels["org.opencontainers.image.revision"]
+
+
+def test_pinned_versions_import(cpu_image, docker_engine: Engine):
+    out = run_in(
+        docker_engine, str(cpu_image["image_id"]), "python", "-c",
+        "import torch, transformers, peft, trl, numpy; "
+        "print(torch.__version__, transformers.__version__, peft.__version__, trl.__version__, numpy.__version__)",
+    )
+    assert out.split() == ["2.13.0+cpu", "5.17.0", "0.21.0", "1.16.0", "1.26.4"]
+
+
+def test_no_wheel_cache_or_apt_list_in_the_image(cpu_image, docker_engine: Engine):
+    out = run_in(
+        docker_engine, str(cpu_image["image_id"]), "bash", "-c",
+        # apt keeps an empty lock file and partial/ folder; any list or package is a leak.
+        "find /opt/stackpin /root /tmp /var/lib/apt/lists /var/cache/apt -mindepth 1 "
+        "\\( -name '*.whl' -o -path '/root/.cache*' -o -path '/tmp/*' -o -name '*.deb' "
+        "-o -path '/var/lib/apt/lists/*' -type f ! -name lock \\) -print",
+    )
+    assert out.strip() == ""
+
+
+def test_history_has_no_layer_carrying_the_wheelhouse(cpu_image):
+    history = subprocess.run(
+        ["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", str(cpu_image["image_id"])],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert "COPY --from=install" in history or "copy --from=install" in history.lower()
+    assert "wheelhouse" not in history
+    assert "wheels/" not in history
+
+
+def test_size_is_within_five_percent_of_base_plus_environment(cpu_image):
+    base, env, size = (int(cpu_image[k]) for k in ("base_size", "env_size", "image_size"))
+    assert env > 500 * 2**20, "the environment holds torch"
+    assert size <= 1.05 * (base + env)
+
+
+def test_entrypoint_execs_the_command(cpu_image, docker_engine: Engine):
+    assert run_in(docker_engine, str(cpu_image["image_id"]), "echo", "hello").strip() == "hello"
+
+
+def test_images_lists_the_build(cpu_image):
+    done = subprocess.run(
+        [sys.executable, "-m", "stackpin.cli.main", "images", "--json"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    )
+    rows = {row["id"]: row for row in json.loads(done.stdout)}
+    row = rows[str(cpu_image["image_id"])]
+    assert row["cell"] == CPU_CELL
+    assert row["overhead"] is not None and row["overhead"] <= 1.05
+
+
+@pytest.fixture
+def project_copy(tmp_path: Path, cpu_image) -> Path:
+    """A copy of the project sharing the real wheelhouse, for builds that must fail."""
+    for folder in ("pinning", "templates", "verify"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "wheels").symlink_to(ROOT / "wheels")
+    return tmp_path
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stackpin.cli.main", *args],
+        cwd=cwd, capture_output=True, text=True, check=False,
+    )
+
+
+def test_failing_step_gives_build_exit_code_step_and_log(project_copy: Path):
+    guard = project_copy / "templates" / "fragments" / "guard.j2"
+    guard.write_text(guard.read_text().replace("&& rm -rf /root/.cache /tmp/*", "&& false"))
+    done = _cli("build", cwd=project_copy)
+    assert done.returncode == 5, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("stackpin: build error: build failed at Step ")
+    assert "guard.py" in line
+    log = project_copy / "build" / "logs" / f"{CPU_CELL}-stable.log"
+    assert f"full log: {log}" in line
+    assert "returned a non-zero code" in log.read_text()
+
+
+def test_ctrl_c_during_build_leaves_no_container(project_copy: Path, docker_engine: Engine):
+    before = set(subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True,
+                                check=True).stdout.split())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stackpin.cli.main", "build", "--no-cache", "-v"],
+        cwd=project_copy, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # interrupt while a RUN step's container is alive
+        if line.startswith(" ---> Running in"):
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 130, rest
+    assert "interrupted" in rest
+    for _ in range(60):  # the daemon removes the step's container once the client is gone
+        after = set(subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True,
+                                   check=True).stdout.split())
+        if after <= before:
+            break
+        time.sleep(1)
+    assert after <= before, f"left behind: {after - before}"
+    assert not (project_copy / "build" / "records" / f"{CPU_CELL}-stable.json").exists()
+    assert os.listdir(project_copy / "pinning" / "locks") == [f"{CPU_CELL}.lock"]
