@@ -1,0 +1,131 @@
+#!/bin/bash
+# Can this host run the bundle? One PASS/FAIL/WARN line per check; exit 1 on any FAIL.
+# Reads only the bundle's bin/bundle.conf (checked against SHA256SUMS) and the host.
+set -uo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
+
+to_bytes() {  # 32g, 16G, 64gb, 1024m, 512k, 1000 -> bytes
+    local text=${1,,} number unit
+    number=${text%%[!0-9]*}
+    unit=${text#"$number"}
+    unit=${unit%b}
+    case $unit in
+        '') printf '%s\n' "$number" ;;
+        k) printf '%s\n' $((number << 10)) ;;
+        m) printf '%s\n' $((number << 20)) ;;
+        g) printf '%s\n' $((number << 30)) ;;
+        t) printf '%s\n' $((number << 40)) ;;
+        *) printf '0\n' ;;
+    esac
+}
+
+gib() { awk -v b="$1" 'BEGIN { printf "%.1f GiB", b / 1073741824 }'; }
+
+for tool in sha256sum zstd docker; do
+    command -v "$tool" >/dev/null 2>&1 || { say FAIL "$tool: not installed"; FAILED=1; }
+done
+[ "$FAILED" -eq 0 ] || exit 1
+load_bundle_conf
+say PASS "bundle: format ${BUNDLE_FORMAT_VERSION}, profiles ${BUNDLE_PROFILES[*]}, platform ${BUNDLE_PLATFORMS[*]}"
+
+machine=$(uname -m)
+for want in "${BUNDLE_CPU_ARCHES[@]}"; do
+    if [ "$machine" = "$want" ]; then say PASS "cpu: $machine"; else fail "cpu: this host is $machine, the images are $want"; fi
+done
+
+if server=$(docker version --format '{{.Server.Version}}' 2>/dev/null) && [ -n "$server" ]; then
+    major=${server%%.*}
+    if [ "${major:-0}" -ge 20 ] 2>/dev/null; then say PASS "docker: engine $server"
+    else say WARN "docker: engine $server is older than 20.10, the oldest version tested"; fi
+else
+    fail "docker: no engine answers (start it: systemctl start docker), or this user may not use it"
+fi
+
+if command -v openssl >/dev/null 2>&1 && openssl version 2>/dev/null | grep -qE '^OpenSSL (1\.1\.1|[3-9]\.)'; then
+    say PASS "openssl: $(openssl version | cut -d' ' -f2) verifies ed25519 signatures (load.sh --pubkey)"
+else
+    say WARN "openssl >= 1.1.1 absent: load.sh cannot check manifest.sig; verify it on a trusted host"
+fi
+
+for platform in "${BUNDLE_PLATFORMS[@]}"; do
+    case $platform in
+        dtk|rocm)
+            for node in /dev/kfd /dev/dri "${BUNDLE_DEVICES[@]}"; do
+                if [ -e "$node" ]; then say PASS "device: $node"; else fail "device: $node is missing (driver not loaded?)"; fi
+            done
+            if [ "$platform" = dtk ]; then
+                if [ -d /opt/hyhal ]; then say PASS "dtk: /opt/hyhal present"
+                else fail "dtk: /opt/hyhal is missing: install the DCU driver package (hyhal)"; fi
+            fi ;;
+        cuda)
+            if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia \
+                || command -v nvidia-container-cli >/dev/null 2>&1; then
+                say PASS "cuda: NVIDIA container runtime present"
+            else
+                fail "cuda: no NVIDIA container runtime (install nvidia-container-toolkit)"
+            fi ;;
+        cpu) say PASS "devices: none needed (cpu)" ;;
+        *) say WARN "platform $platform: no device checks known" ;;
+    esac
+done
+for path in "${BUNDLE_HOST_PATHS[@]}"; do
+    if [ -e "$path" ]; then say PASS "mount: $path present"; else fail "mount: $path is missing"; fi
+done
+
+shm_have=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $2 * 1024 }')
+mem_have=$(awk '/^MemTotal:/ { print $2 * 1024 }' /proc/meminfo 2>/dev/null)
+if [ "${#BUNDLE_SHM_SIZES[@]}" -eq 0 ]; then
+    say PASS "shm: no shared-memory size requested"
+fi
+for size in "${BUNDLE_SHM_SIZES[@]}"; do
+    want=$(to_bytes "$size")
+    if [ -n "$mem_have" ] && [ "$mem_have" -lt "$want" ]; then
+        fail "shm: --shm-size $size needs $(gib "$want") but the host has $(gib "$mem_have") of memory"
+    elif [ -n "$shm_have" ] && [ "$shm_have" -lt "$want" ]; then
+        say WARN "shm: host /dev/shm is $(gib "$shm_have"), containers ask for $size (--ipc=host would need it)"
+    else
+        say PASS "shm: $size fits (memory $(gib "${mem_have:-0}"))"
+    fi
+done
+
+root_dir=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || true)
+free=$(df -Pk "${root_dir:-/nonexistent}" 2>/dev/null | awk 'NR == 2 { print $4 * 1024 }')
+need_bytes=$BUNDLE_UNPACKED_BYTES
+if [ -z "$free" ]; then
+    say WARN "disk: cannot read free space of the docker root '${root_dir:-unknown}'; $(gib "$need_bytes") needed"
+elif [ "$free" -lt "$need_bytes" ]; then
+    fail "disk: $(gib "$free") free in $root_dir, the images unpack to $(gib "$need_bytes")"
+elif [ "$free" -lt $((need_bytes * 2)) ]; then
+    say WARN "disk: $(gib "$free") free in $root_dir; docker load stages the archive first, up to $(gib $((need_bytes * 2)))"
+else
+    say PASS "disk: $(gib "$free") free in $root_dir, images unpack to $(gib "$need_bytes")"
+fi
+
+if [ "${#BUNDLE_ARCHES[@]}" -gt 0 ]; then
+    seen=""
+    if command -v rocminfo >/dev/null 2>&1; then
+        seen=$(rocminfo 2>/dev/null | grep -oE 'gfx[0-9a-f]+' | sort -u | tr '\n' ' ')
+    elif command -v nvidia-smi >/dev/null 2>&1; then
+        seen=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null \
+            | sed 's/\.//; s/^/sm_/' | sort -u | tr '\n' ' ')
+    elif command -v hy-smi >/dev/null 2>&1; then
+        seen=$(hy-smi 2>/dev/null | grep -oE 'gfx[0-9a-f]+|K100[_A-Z]*|BW[0-9]*' | sort -u | tr '\n' ' ')
+    fi
+    if [ -z "$seen" ]; then
+        say WARN "accelerator: no rocminfo, hy-smi or nvidia-smi answer; expected ${BUNDLE_ARCHES[*]}"
+    else
+        match=no
+        for arch in "${BUNDLE_ARCHES[@]}"; do
+            case " $seen " in *" $arch "*) match=yes ;; esac
+        done
+        if [ "$match" = yes ]; then say PASS "accelerator: $seen(images built for ${BUNDLE_ARCHES[*]})"
+        else fail "accelerator: this host has $seen; the images are built for ${BUNDLE_ARCHES[*]}"; fi
+    fi
+fi
+
+if [ "$FAILED" -ne 0 ]; then
+    say FAIL "preflight: fix the FAIL lines above, then run bin/preflight.sh again"
+    exit 1
+fi
+say PASS "preflight: this host can run the bundle; next: bin/load.sh --pubkey stackpin.pub"

@@ -1,0 +1,39 @@
+#!/bin/bash
+# Run the in-image verification at the site: bin/verify.sh [PROFILE...] [-- VERIFY-ARGS...]
+# Default: every profile. Reports go next to the bundle: <bundle>.reports/PROFILE/report.json
+# and report.xml (STACKPIN_REPORT_DIR overrides <bundle>.reports). Exit 0 = all passed.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
+
+profiles=()
+while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do
+    profiles+=("$1")
+    shift
+done
+[ "${1:-}" != "--" ] || shift
+need docker "it runs the verification container"
+load_bundle_conf
+[ "${#profiles[@]}" -gt 0 ] || profiles=("${BUNDLE_PROFILES[@]}")
+reports=${STACKPIN_REPORT_DIR:-$BUNDLE.reports}
+
+status=0
+for profile in "${profiles[@]}"; do
+    load_profile "$profile"
+    docker image inspect "$PROFILE_IMAGE_ID" >/dev/null 2>&1 \
+        || die "image $PROFILE_IMAGE_TAG is not loaded: run bin/load.sh first"
+    out="$reports/$profile"
+    mkdir -p "$out"
+    # Offline like the site; as the calling user so the reports are theirs.
+    if docker run --rm --name "stackpin_site_verify_$profile" --network none \
+        --user "$(id -u):$(id -g)" --env HOME=/tmp \
+        --volume "$(cd "$out" && pwd -P):/var/lib/stackpin/report" \
+        "${PROFILE_RUN_ARGS[@]}" "$PROFILE_IMAGE_ID" \
+        python -m stackpin_verify --out-dir /var/lib/stackpin/report "$@"; then
+        say PASS "verify: profile $profile passed; report $out/report.json"
+    else
+        say FAIL "verify: profile $profile failed; report $out/report.json"
+        status=1
+    fi
+done
+exit "$status"

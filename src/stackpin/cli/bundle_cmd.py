@@ -1,0 +1,163 @@
+"""``stackpin bundle``: export, inspect, verify and load offline bundles."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from stackpin import bundle
+from stackpin.cli.common import DEFAULT_CELL, cell_by_id, echo_json, json_option, project_root
+from stackpin.engine import Engine
+from stackpin.errors import ConfigurationError, ValidationError
+from stackpin.lock import read_lock, stale_reason
+from stackpin.matrix import VARIANTS, Cell, Variant
+
+_SOURCE = click.Path(exists=True, path_type=Path)
+_PUBKEY = click.option("--pubkey", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                       help="stackpin.pub of the signer: the signature must then verify.")
+
+
+def selected_variants(cell: Cell, choice: str) -> tuple[Variant, ...]:
+    if choice == "all":
+        return cell.variants
+    if choice not in cell.variants:
+        msg = f"cell '{cell.id}' builds {', '.join(cell.variants)}, not '{choice}'"
+        raise ConfigurationError(msg + "; pick one of those or --variant all")
+    return tuple(v for v in cell.variants if v == choice)
+
+
+def selections(cell_ids: tuple[str, ...], variant: str, root: Path) -> tuple[bundle.Selection, ...]:
+    chosen = []
+    for cell_id in dict.fromkeys(cell_ids or (DEFAULT_CELL,)):
+        cell = cell_by_id(cell_id, root)
+        lock = read_lock(root, cell.id)
+        if lock is None:
+            msg = f"{cell.id} has no lock: run 'stackpin wheels fetch {cell.id}' and build it"
+            raise ValidationError(msg)
+        if reason := stale_reason(lock, cell):
+            msg = f"{cell.id}: lock is stale ({reason}); fetch, rebuild, then export"
+            raise ValidationError(msg)
+        chosen += [bundle.Selection(cell=cell, variant=v, lock=lock)
+                   for v in selected_variants(cell, variant)]
+    return tuple(chosen)
+
+
+def _interrupt_on_term(_signum: int, _frame: FrameType | None) -> None:
+    # SIGTERM takes the same path as Ctrl-C: the staging folder is removed in `finally`.
+    raise KeyboardInterrupt
+
+
+def _echo(line: str) -> None:
+    click.echo(line, err=True)
+
+
+@click.group(name="bundle")
+def command() -> None:
+    """Offline bundles for air-gapped sites (images, signed manifest, SBOMs, site scripts)."""
+
+
+@command.command(name="export")
+@click.argument("cell_ids", nargs=-1, metavar="[CELL...]")
+@click.option("--variant", type=click.Choice([*VARIANTS, "all"]), default="all",
+              show_default=True, help="Which image(s) of each cell.")
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="The bundle folder to write (created by a rename at the end).")
+@click.option("--archive", is_flag=True, help="Also pack the folder into OUT.tar.")
+@click.option("--sign-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="stackpin.key to sign manifest.json with (`stackpin keys generate`).")
+@click.option("--with-wheels", is_flag=True, help="Include the locked wheelhouse (source builds).")
+@click.option("--force", is_flag=True, help="Replace an existing bundle at OUT.")
+@json_option
+def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool,
+           sign_key: Path | None, with_wheels: bool, force: bool, as_json: bool) -> None:
+    """Export built images of CELL(s) (default: the CPU default cell) as one bundle.
+
+    Every image goes into ONE docker save stream, compressed with zstd and hashed on the
+    way to disk. The export refuses images or files carrying secrets. Killing it leaves
+    nothing at OUT.
+    """
+    root = project_root()
+    request = bundle.ExportRequest(
+        selections=selections(cell_ids, variant, root), out_dir=out_dir.absolute(), root=root,
+        archive=archive, sign_key=sign_key, with_wheels=with_wheels, force=force,
+    )
+    previous = signal.signal(signal.SIGTERM, _interrupt_on_term)
+    started = time.monotonic()
+    try:
+        with Engine.connect() as engine:
+            result = bundle.export(engine, request, on_line=_echo)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    seconds = round(time.monotonic() - started, 2)
+    if as_json:
+        echo_json({
+            "out_dir": str(result.out_dir),
+            "archive": str(result.archive) if result.archive else None,
+            "manifest_sha256": result.manifest_sha256,
+            "signed_by": result.signed_by,
+            "images": [{"profile": i.profile, "id": i.id, "tags": list(i.tags)}
+                       for i in result.images],
+            "tar_bytes": result.stream.tar_bytes,
+            "bytes": result.stream.bytes,
+            "seconds": seconds,
+        })
+        return
+    click.echo(
+        f"bundle: {result.out_dir} ({len(result.images)} image(s), "
+        f"{result.stream.bytes / 2**20:.0f} MiB from {result.stream.tar_bytes / 2**20:.0f} MiB, "
+        f"{'signed ' + result.signed_by if result.signed_by else 'unsigned'}, {seconds:.0f} s)"
+    )
+    if result.archive:
+        click.echo(f"bundle: archive {result.archive}")
+
+
+@command.command(name="inspect")
+@click.argument("source", type=_SOURCE)
+@json_option
+def inspect(source: Path, as_json: bool) -> None:
+    """Show a bundle's manifest (images, inputs, files) without checking the files."""
+    manifest = bundle.read_manifest(source)
+    if as_json:
+        echo_json(manifest)
+        return
+    signer = manifest["signed_by"]
+    click.echo(f"bundle: {source} format {manifest['format_version']}, created "
+               f"{manifest['created']}, {f'signed {signer}' if signer else 'unsigned'}")
+    for image in manifest["images"]:
+        click.echo(f"  {image['profile']:20} {image['tags'][0]:60} {image['id'][7:19]} "
+                   f"127.0.0.1:{image['port']}")
+    total = sum(int(f["size"]) for f in manifest["files"])
+    click.echo(f"  {len(manifest['files'])} files, {total / 2**20:.1f} MiB")
+
+
+@command.command(name="verify")
+@click.argument("source", type=_SOURCE)
+@_PUBKEY
+@json_option
+def verify(source: Path, pubkey: Path | None, as_json: bool) -> None:
+    """Check every file, the file list and (with --pubkey) the signature; never extracts."""
+    result = bundle.verify(source, pubkey=pubkey)
+    if as_json:
+        echo_json({"ok": True, **result.to_json()})
+        return
+    click.echo(f"bundle: {source} OK: {result.files} files, {result.bytes / 2**20:.1f} MiB, "
+               f"signature {result.signature}")
+
+
+@command.command(name="load")
+@click.argument("source", type=_SOURCE)
+@_PUBKEY
+@json_option
+def load(source: Path, pubkey: Path | None, as_json: bool) -> None:
+    """Verify the bundle completely, then load its images and confirm their IDs."""
+    with Engine.connect() as engine:
+        report = bundle.load(engine, source, pubkey=pubkey, on_line=_echo)
+    if as_json:
+        echo_json({"ok": True, **report.verified.to_json(), "loaded": list(report.image_ids)})
+        return
+    for image_id in report.image_ids:
+        click.echo(f"bundle: loaded {image_id}")
