@@ -1,0 +1,127 @@
+"""``stackpin verify``: run the verification suite inside a built image; compare reports."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import click
+
+from stackpin.cli.common import DEFAULT_CELL, cell_by_id, echo_json, json_option, project_root
+from stackpin.engine import Engine
+from stackpin.errors import ConfigurationError, HostEnvironmentError, VerificationError
+from stackpin.lock import read_lock
+from stackpin.matrix import VARIANTS, Cell
+from stackpin.render import image_tags
+from stackpin.verification import (
+    diff_reports,
+    is_regression,
+    read_report,
+    report_dir,
+    verify_request,
+)
+
+SUITE_TIMEOUT_S = 1800
+
+
+class _VerifyGroup(click.Group):
+    """`stackpin verify [CELL]` runs the suite; `stackpin verify diff A B` compares reports."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Anything but a subcommand or --help is the default action's CELL or options.
+        if not args or args[0] not in (*self.commands, "-h", "--help"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(name="verify", cls=_VerifyGroup)
+def command() -> None:
+    """Prove an image works: kernels, JIT, attention, quantization gating, LoRA training,
+    golden outputs, collectives (the verify/ suite, run inside the image).
+
+    \b
+    stackpin verify [CELL] [--variant V]   run the suite in CELL's built image(s)
+    stackpin verify diff A.json B.json     what changed between two reports
+    """
+
+
+def _image_for(cell: Cell, variant: str, root: Path) -> str:
+    lock = read_lock(root, cell.id)
+    if lock is None:
+        msg = f"{cell.id} has no lock, so no image: run 'stackpin build {cell.id}' first"
+        raise ConfigurationError(msg)
+    return image_tags(cell, variant, lock.digest)[0]  # type: ignore[arg-type]
+
+
+@command.command(name="run")
+@click.argument("cell_id", default=DEFAULT_CELL, metavar="[CELL]")
+@click.option("--variant", type=click.Choice([*VARIANTS, "all"]), default="all",
+              show_default=True)
+@click.option("--levels", default="", help="Comma-separated levels (default: all, 0-7).")
+@click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto",
+              show_default=True)
+@json_option
+def run(cell_id: str, variant: str, levels: str, dtype: str, as_json: bool) -> None:
+    """Run the suite in CELL's image with the platform's device flags.
+
+    Reports go to build/reports/CELL-VARIANT/report.json and report.xml (JUnit). Exit 6
+    when a required check fails.
+    """
+    root = project_root()
+    cell = cell_by_id(cell_id, root)
+    variants = cell.variants if variant == "all" else (variant,)
+    failed: list[str] = []
+    summaries = []
+    with Engine.connect() as engine:
+        for name in variants:
+            image = _image_for(cell, name, root)
+            if not engine.image_exists(image):
+                msg = f"image {image} is not built: run 'stackpin build {cell.id} --variant {name}'"
+                raise HostEnvironmentError(msg)
+            out_dir = report_dir(root, cell.id, name)
+            if out_dir.exists():
+                shutil.rmtree(out_dir)
+            out_dir.mkdir(parents=True)
+            request = verify_request(cell, image, out_dir=out_dir.resolve(), levels=levels,
+                                     dtype=dtype)
+            result = engine.run_to_completion(request, timeout_s=SUITE_TIMEOUT_S)
+            if not (out_dir / "report.json").exists():
+                msg = (f"the suite wrote no report in {image} (exit {result.exit_code}): "
+                       f"{result.logs.strip().splitlines()[-1:] or ['no output']}")
+                raise VerificationError(msg)
+            report = read_report(out_dir / "report.json")
+            summaries.append({"cell": cell.id, "variant": name, "image": image,
+                              "report": str(out_dir / "report.json"),
+                              "summary": report["summary"]})
+            if not as_json:
+                click.echo(result.stdout.rstrip())
+                click.echo(f"verify: {image}: reports in {out_dir}/ (report.json, report.xml)")
+            if result.exit_code != 0:
+                failed.append(f"{name} ({report['summary']['required_failed']} required failed)")
+    if as_json:
+        echo_json(summaries)
+    if failed:
+        msg = f"{cell.id}: required checks failed in {', '.join(failed)}; see the reports"
+        raise VerificationError(msg)
+
+
+@command.command(name="diff")
+@click.argument("before", type=click.Path(path_type=Path))
+@click.argument("after", type=click.Path(path_type=Path))
+@click.option("--fail-on-regression", is_flag=True, help="Exit 6 when a check got worse.")
+@json_option
+def diff(before: Path, after: Path, fail_on_regression: bool, as_json: bool) -> None:
+    """Show what changed from BEFORE to AFTER: statuses, versions, throughput ratios."""
+    changes = diff_reports(read_report(before), read_report(after))
+    if as_json:
+        click.echo(json.dumps([c.__dict__ for c in changes], indent=2))
+    else:
+        for change in changes:
+            click.echo(str(change))
+        if not changes:
+            click.echo("no differences in statuses, versions or throughput")
+    regressions = [c for c in changes if is_regression(c)]
+    if fail_on_regression and regressions:
+        msg = f"{len(regressions)} check(s) got worse: {regressions[0]}"
+        raise VerificationError(msg)
