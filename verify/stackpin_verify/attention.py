@@ -91,14 +91,20 @@ def compare_attention(
     if out.shape != ref_out.shape:
         return metrics, f"output shape {list(out.shape)} != expected {list(ref_out.shape)}"
     diffs = {"out": _diffs(out, ref_out)}
-    for name, got, want in zip(("dq", "dk", "dv"), grads, ref_grads, strict=False):
-        if got is None:
-            return metrics, f"forward output has no gradient path: {name} was not computed"
-        diffs[name] = _diffs(got, want)
+    names = ("dq", "dk", "dv")
+    missing = [name for name, got in zip(names, grads, strict=False) if got is None]
+    for name, got, want in zip(names, grads, ref_grads, strict=False):
+        if got is not None:
+            diffs[name] = _diffs(got, want)
     metrics["max_abs_diff"] = max(raw for raw, _ in diffs.values())
     metrics["max_scaled_diff"] = max(scaled for _, scaled in diffs.values())
     metrics["diffs"] = {name: raw for name, (raw, _) in diffs.items()}
-    return metrics, _judge_diffs(diffs, tolerance)
+    reason = _judge_diffs(diffs, tolerance)
+    if missing:
+        # An output without an autograd graph means backward cannot train through it.
+        note = f"no gradient path: {', '.join(missing)} not computed"
+        reason = f"{reason}; {note}" if reason else f"forward output has {note}"
+    return metrics, reason
 
 
 def _diffs(got: torch.Tensor, want: torch.Tensor | None) -> tuple[float, float]:

@@ -9,10 +9,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from stackpin_verify import LEVELS, environment, report
-from stackpin_verify.runner import make_context, run_levels
+from stackpin_verify import LEVELS, report
 
-EXIT_USAGE = 2
+DEFAULT_IMAGE_INFO = Path("/opt/stackpin/image.json")
 
 
 def parse_levels(text: str) -> list[int]:
@@ -50,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--image-info",
         type=Path,
         default=None,
-        help=f"image description (default: {environment.DEFAULT_IMAGE_INFO} when it exists)",
+        help=f"image description (default: {DEFAULT_IMAGE_INFO} when it exists)",
     )
     parser.add_argument(
         "--dtype",
@@ -66,8 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve_image_info(parser: argparse.ArgumentParser, given: Path | None) -> Path | None:
     if given is None:
-        default = environment.DEFAULT_IMAGE_INFO
-        return default if default.exists() else None
+        return DEFAULT_IMAGE_INFO if DEFAULT_IMAGE_INFO.exists() else None
     if not given.exists():
         parser.error(f"--image-info {given} does not exist")
     return given
@@ -77,6 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     image_path = resolve_image_info(parser, args.image_info)
+    # torch and the levels load only after the arguments parsed: usage errors stay instant.
+    from stackpin_verify import environment
+    from stackpin_verify.runner import make_context, run_levels
+
     start = time.perf_counter()
     ctx = make_context(image_path=image_path, dtype_choice=args.dtype, out_dir=args.out_dir)
     checks, durations = run_levels(ctx, args.levels)

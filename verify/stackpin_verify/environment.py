@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-DEFAULT_IMAGE_INFO = Path("/opt/stackpin/image.json")
 
 # cgroup v1 reports "no limit" as a page-aligned huge number rather than "max".
 _V1_UNLIMITED = 1 << 62

@@ -25,7 +25,7 @@ def run(ctx: Context) -> list[CheckResult]:
 
 def gemm_size(device: torch.device) -> int:
     # Large enough to load an accelerator; small enough for 2 CPU cores to finish quickly.
-    return 4096 if device.type != "cpu" else 512
+    return 4096 if device.type != "cpu" else 256
 
 
 def dtype_support(dtype: torch.dtype, device: torch.device) -> str | None:

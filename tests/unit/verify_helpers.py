@@ -1,0 +1,39 @@
+"""Helpers for the stackpin_verify tests: the package lives in verify/, outside src/."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+VERIFY_DIR = ROOT / "verify"
+if str(VERIFY_DIR) not in sys.path:
+    sys.path.insert(0, str(VERIFY_DIR))
+
+import torch  # noqa: E402 - after the path set-up, like the package itself
+
+from stackpin_verify.context import Context  # noqa: E402
+
+
+def image_info(**overrides: Any) -> dict[str, Any]:
+    """An image.json as the build writes it for the CPU default cell."""
+    info: dict[str, Any] = {
+        "schema": 1,
+        "cell": "cpu-bookworm-torch2130-py311",
+        "variant": "stable",
+        "platform": "cpu",
+        "lock_digest": "ab" * 32,
+        "torch": str(torch.__version__),
+        "numpy": "<2",
+        "pins": {},
+        "bitsandbytes": "disabled",
+        "env_script": "",
+        "attention": "sdpa",
+    }
+    info.update(overrides)
+    return info
+
+
+def cpu_context(image: dict[str, Any] | None = None, **kwargs: Any) -> Context:
+    return Context(backend="cpu", device=torch.device("cpu"), image=image, **kwargs)
