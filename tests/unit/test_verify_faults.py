@@ -83,6 +83,21 @@ def test_attention_that_is_differentiable_but_wrong_fails_on_values():
     assert "out max_abs_diff 0.1" in result.reason
 
 
+def test_attention_that_raises_reports_the_shape_and_the_exception():
+    def unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        msg = "no kernel image is available for execution on the device"
+        raise RuntimeError(msg)
+
+    ctx = verify_helpers.cpu_context()
+    fn = functools.partial(level3.check_sdpa, ctx, "fp32", gqa=True, causal=False, attn=unsupported)
+    result = run_check("L3.sdpa.fp32.gqa.noncausal", fn)
+    assert result.status == "fail"
+    assert result.reason == (
+        "SDPA failed for q[2, 8, 64, 64] kv[2, 2, 64, 64] fp32 noncausal: "
+        "RuntimeError: no kernel image is available for execution on the device"
+    )
+
+
 def test_real_sdpa_passes_the_same_check():
     ctx = verify_helpers.cpu_context()
     fn = functools.partial(level3.check_sdpa, ctx, "fp32", gqa=True, causal=True)

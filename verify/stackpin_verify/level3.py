@@ -80,7 +80,12 @@ def check_sdpa(
     inputs = make_qkv(shape_q, shape_kv, dtype=DTYPES[dtype_name], device=ctx.device)
     fn = attn or functools.partial(sdpa, causal=causal)
     reference = functools.partial(math_attention, causal=causal)
-    metrics, reason = compare_attention(fn, reference, inputs, tolerance=TOLERANCE[dtype_name])
+    try:
+        metrics, reason = compare_attention(fn, reference, inputs, tolerance=TOLERANCE[dtype_name])
+    except Exception as exc:
+        shape = f"q{shape_q} kv{shape_kv} {dtype_name} {_causal(causal)}"
+        msg = f"SDPA failed for {shape}: {type(exc).__name__}: {exc}"
+        raise CheckFailed(msg) from exc
     require(reason, metrics)
     return metrics
 
