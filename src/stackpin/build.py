@@ -8,7 +8,9 @@ Order of a build, each step able to stop it with a one-line error:
 3. context staged under build/context/<cell>-<variant>/ (rendered files, verify/, the
    locked wheels hard-linked);
 4. the classic builder runs with network_mode "none", so every RUN step is offline: a
-   green build proves the site can rebuild air-gapped from the wheelhouse.
+   green build proves the site can rebuild air-gapped from the wheelhouse;
+5. normalisation (stackpin.normalize, on unless --no-normalize): layers and config
+   rewritten so the image ID depends only on what was installed; the tags move to it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from stackpin.engine import BuildRequest, BuildResult, Engine, RunRequest
 from stackpin.errors import HostEnvironmentError, ValidationError
 from stackpin.lock import Lock, atomic_write
 from stackpin.matrix import Cell, Variant, pinned_wheels
+from stackpin.normalize import NormalizeRequest, normalize_image
 from stackpin.render import (
     Rendered,
     RenderRequest,
@@ -130,6 +133,10 @@ class BuildRecord:
     base_size: int
     env_size: int
     log_path: str
+    # The classic builder's own image (kept as the layer cache) and the time the
+    # normalisation took; equal IDs and 0 s with --no-normalize.
+    raw_image_id: str = ""
+    normalize_seconds: float = 0.0
 
     def to_json(self) -> dict[str, object]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
@@ -153,22 +160,36 @@ def measure_env_size(engine: Engine, image: str) -> int:
 
 
 def execute(
-    engine: Engine, plan_: BuildPlan, *, root: Path, base_id: str, on_line: LineSink
+    engine: Engine,
+    plan_: BuildPlan,
+    *,
+    root: Path,
+    base_id: str,
+    on_line: LineSink,
+    normalize: bool = True,
 ) -> BuildRecord:
-    """Stage the context, build, measure, and write the build record atomically."""
+    """Stage the context, build, normalise, measure, and write the build record atomically."""
     stage(plan_, root)
     started = time.monotonic()
     result: BuildResult = engine.build(plan_.request, on_line=on_line)
     seconds = time.monotonic() - started
-    image = engine.image_info(result.image_id)
     base = engine.image_info(base_id)
-    assert image is not None
     assert base is not None
+    image_id, normalize_seconds = result.image_id, 0.0
+    if normalize:
+        normalized = normalize_image(engine, NormalizeRequest(
+            image=result.image_id, tags=result.tags, keep_diff_ids=frozenset(base.diff_ids),
+            work_dir=root / "build" / "tmp", cache_dir=root / "build" / "cache",
+        ), on_line=on_line)
+        image_id, normalize_seconds = normalized.image_id, normalized.seconds
+    image = engine.image_info(image_id)
+    assert image is not None
     record = BuildRecord(
-        cell=plan_.cell.id, variant=plan_.variant, image_id=result.image_id, tags=result.tags,
+        cell=plan_.cell.id, variant=plan_.variant, image_id=image_id, tags=result.tags,
         lock_digest=plan_.lock.digest, seconds=round(seconds, 2), steps=result.steps,
         cached_steps=result.cached_steps, image_size=image.size, base_size=base.size,
-        env_size=measure_env_size(engine, result.image_id), log_path=str(result.log_path),
+        env_size=measure_env_size(engine, image_id), log_path=str(result.log_path),
+        raw_image_id=result.image_id, normalize_seconds=normalize_seconds,
     )
     path = record_path(root, plan_.cell.id, plan_.variant)
     with atomic_write(path) as tmp:

@@ -59,18 +59,22 @@ def provenance_labels(root: Path) -> dict[str, str]:
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
 @click.option("--base-tar", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Load the base image from this `docker save` tar first (air-gapped sites).")
+@click.option("--no-normalize", is_flag=True,
+              help="Keep the classic builder's image as is (build-time mtimes and dates): "
+                   "faster, but its ID changes with every --no-cache build.")
 @click.option("-v", "--verbose", is_flag=True, help="Print every build line, not just steps.")
 @click.option("--prepare-only", is_flag=True,
               help="Stage build/context/CELL-VARIANT/ (Dockerfile + locked wheels) and stop; "
                    "for external builders such as `docker buildx bake`.")
 @json_option
-def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None, verbose: bool,
-            prepare_only: bool, as_json: bool) -> None:
+def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None,
+            no_normalize: bool, verbose: bool, prepare_only: bool, as_json: bool) -> None:
     """Build CELL's images offline from the locked wheelhouse (default: CPU default cell).
 
     Refuses, before Docker does any work: matrix violations, unpinned vendor hashes, a
     missing/stale/incomplete lock, a wheelhouse that differs from the lock. Every RUN
-    step runs with networking disabled. Images are tagged
+    step runs with networking disabled. The result is normalised (docs/reproducibility.md)
+    so the same cell gives the same image ID on any day and host. Images are tagged
     stackpin/CELL:VARIANT-<lock digest 12 hex> and stackpin/CELL:VARIANT. The full log
     is saved under build/logs/CELL-VARIANT.log.
     """
@@ -95,14 +99,15 @@ def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None, v
             build_plan = plan(cell, name, lock, root=root, no_cache=no_cache,
                               provenance=provenance_labels(root))
             record = execute(engine, build_plan, root=root, base_id=base.image_id,
-                             on_line=progress)
+                             on_line=progress, normalize=not no_normalize)
             progress.done()
             records.append(record)
             if not as_json:
                 click.echo(
                     f"build: {record.tags[0]} ({record.image_id[7:19]}, "
                     f"{record.image_size / 2**20:.0f} MiB, {record.cached_steps}/{record.steps} "
-                    f"steps cached, {record.seconds:.0f} s); log {record.log_path}"
+                    f"steps cached, {record.seconds:.0f} s, normalised in "
+                    f"{record.normalize_seconds:.0f} s); log {record.log_path}"
                 )
     if as_json:
         echo_json([r.to_json() for r in records])

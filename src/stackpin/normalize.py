@@ -1,0 +1,557 @@
+"""Normalise a built image so that its ID is a function of what the build installed.
+
+Docker's classic builder writes the build time into every layer (file and directory
+mtimes), into the config (``created``, every history ``created``, ``container``,
+``container_config`` with the build container's hostname, the parent image ID in
+``config.Image``) and the daemon version (``docker_version``); its layer tars list members
+in walk order with ``root``/``root`` owner names. None of that is what the image *is*.
+
+``normalize_image`` saves the image (one ``docker save`` stream), rewrites each layer tar
+(``normalize_layer``: sorted members, mtimes clamped to the cell's SOURCE_DATE_EPOCH,
+owner names dropped with numeric owners kept, PAX headers reduced to extended attributes,
+volatile files such as ``/var/log/*`` removed, hard links kept valid, whiteouts kept),
+recomputes the diff IDs, fixes the config (``normalize_config``) and loads the result
+with the same tags. Layers taken from the base image are inputs pinned by digest and are
+passed through byte for byte; a layer that is already normal comes out identical, so its
+digest (and the daemon's copy of it) stays the same.
+
+Everything streams through files in a temporary folder: a layer can hold 1.5 GB.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import io
+import json
+import posixpath
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from stackpin.engine import ImageInfo, LoadResult, SaveRequest
+from stackpin.errors import BuildError
+
+# Bump when the rewrite rules change: cached raw -> normalised mappings then go stale.
+NORMALIZE_VERSION = 1
+SDE_LABEL = "io.stackpin.source-date-epoch"
+_CHUNK = 1 << 20
+# Config fields that describe the build run, not the image: the intermediate container's
+# ID and config (its hostname is that ID) and the daemon's version.
+VOLATILE_CONFIG_KEYS = ("container", "container_config", "docker_version")
+# PAX records worth keeping: extended attributes (file capabilities such as ping's
+# cap_net_raw live there). atime/ctime/mtime records are run-specific and dropped; path,
+# linkpath, size and owners are re-derived from the header fields when written.
+_KEPT_PAX_PREFIXES = ("SCHILY.xattr.", "LIBARCHIVE.xattr.")
+_PYC_HEADER = 16
+_WHITEOUT = ".wh."
+
+
+def _ignore(_line: str) -> None:
+    """Default progress sink."""
+
+
+# --- member rules (pure) ---------------------------------------------------------------
+
+
+def is_whiteout(name: str) -> bool:
+    """An overlay deletion marker (``.wh.name`` or the opaque ``.wh..wh..opq``)."""
+    return name.rpartition("/")[2].startswith(_WHITEOUT)
+
+
+def volatile_reason(name: str, *, is_dir: bool) -> str | None:
+    """Why a layer member is run-specific noise to drop, or None to keep it.
+
+    Whiteouts are never dropped: removing one would resurrect a file of a lower layer.
+    Directories are kept so packages that expect e.g. /var/log/apt still find it.
+    """
+    path = name.removeprefix("./").rstrip("/")
+    if is_dir or is_whiteout(path):
+        return None
+    parts = path.split("/")
+    if path.startswith("var/log/"):
+        return "log file (timestamps of the build run)"
+    if path == "var/cache/ldconfig/aux-cache":
+        return "ldconfig's aux-cache (inode numbers and mtimes of the build host)"
+    if path in ("var/cache/apt/pkgcache.bin", "var/cache/apt/srcpkgcache.bin"):
+        return "apt's binary package cache (rebuilt on demand)"
+    if path.startswith(("var/lib/dpkg/", "var/cache/debconf/")) and path.endswith("-old"):
+        return "dpkg/debconf backup of the previous state"
+    for i in range(len(parts) - 1):
+        if parts[i] == ".cache" and parts[i + 1] == "pip":
+            return "pip cache"
+    return None
+
+
+def is_timestamp_pyc(name: str, header: bytes) -> bool:
+    """A ``.pyc`` whose header validates by source mtime (PEP 552 flags field == 0).
+
+    Such a file embeds the source mtime of the build run; hash-based pycs (what the
+    build guard writes) are kept.
+    """
+    if not name.endswith(".pyc") or len(header) < _PYC_HEADER:
+        return False
+    return int.from_bytes(header[4:8], "little") == 0
+
+
+def order_key(name: str) -> tuple[str, ...]:
+    """Walk order: depth first, each folder's entries by name; a folder before its content."""
+    return tuple(name.removeprefix("./").rstrip("/").split("/"))
+
+
+def normalized_header(info: tarfile.TarInfo, *, source_date_epoch: int) -> tarfile.TarInfo:
+    """A copy of a member header with the run-specific fields fixed."""
+    out = copy.copy(info)
+    out.mtime = min(int(info.mtime), source_date_epoch)
+    # Numeric owners are what the file needs (a setgid tool of group 42 keeps it); the
+    # names depend on the /etc/passwd of whatever wrote the tar.
+    out.uname = out.gname = ""
+    out.pax_headers = {
+        k: v for k, v in sorted(info.pax_headers.items()) if k.startswith(_KEPT_PAX_PREFIXES)
+    }
+    return out
+
+
+# --- one layer -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerStats:
+    """What the rewrite of one layer did."""
+
+    diff_id: str
+    size: int
+    members: int
+    removed: tuple[str, ...]
+
+
+class _HashingWriter(io.RawIOBase):
+    """A write-only file that hashes and counts what passes through to ``out``."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.size
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self._out.write(view)
+        self.sha256.update(view)
+        self.size += len(view)
+        return len(view)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Planned:
+    info: tarfile.TarInfo
+    data_offset: int | None  # where the content is in the source tar; None: no content
+
+
+def _last_by_name(members: Iterable[tarfile.TarInfo]) -> dict[str, tarfile.TarInfo]:
+    # A name listed twice: extraction keeps the last one, so does the rewrite.
+    found: dict[str, tarfile.TarInfo] = {}
+    for member in members:
+        found[member.name] = member
+    return found
+
+
+def _plan_layer(
+    members: Mapping[str, tarfile.TarInfo], source: IO[bytes], *, source_date_epoch: int
+) -> tuple[list[_Planned], list[str]]:
+    removed: list[str] = []
+    kept: dict[str, tarfile.TarInfo] = {}
+    for name, member in members.items():
+        reason = volatile_reason(name, is_dir=member.isdir())
+        if reason is None and member.isfile() and name.endswith(".pyc"):
+            source.seek(member.offset_data)
+            if is_timestamp_pyc(name, source.read(_PYC_HEADER)):
+                reason = "timestamp-based bytecode"
+        if reason is None:
+            kept[name] = member
+        else:
+            removed.append(name)
+    # Hard links: the group (target + links) is rewritten so the first name in the new
+    # order carries the content and the others link to it; a tar reader only resolves
+    # links to members it has already seen.
+    groups: dict[str, list[str]] = {}
+    for name, member in kept.items():
+        if member.islnk():
+            groups.setdefault(member.linkname, [member.linkname]).append(name)
+    data_of: dict[str, tuple[tarfile.TarInfo, str]] = {}
+    for target, names in groups.items():
+        holder = members.get(target)
+        present = sorted((n for n in names if n in kept), key=order_key)
+        if holder is None or not holder.isfile() or not present:
+            continue  # a link to a lower layer: leave it as written
+        first = present[0]
+        for name in present:
+            data_of[name] = (holder, first)
+    planned: list[_Planned] = []
+    for name in sorted(kept, key=order_key):
+        info = normalized_header(kept[name], source_date_epoch=source_date_epoch)
+        offset: int | None = kept[name].offset_data if kept[name].isfile() else None
+        if name in data_of:
+            holder, first = data_of[name]
+            if name == first:
+                info.type, info.linkname, info.size = tarfile.REGTYPE, "", holder.size
+                offset = holder.offset_data
+            else:
+                info.type, info.linkname, info.size, offset = tarfile.LNKTYPE, first, 0, None
+        planned.append(_Planned(info=info, data_offset=offset))
+    return planned, sorted(removed, key=order_key)
+
+
+def normalize_layer(source: IO[bytes], out: IO[bytes], *, source_date_epoch: int) -> LayerStats:
+    """Rewrite one (seekable) layer tar into ``out``; pure apart from the two files.
+
+    The same input always gives the same bytes, and a normal layer gives itself back.
+    """
+    try:
+        with tarfile.open(fileobj=source, mode="r:") as tar:
+            members = _last_by_name(tar.getmembers())
+    except tarfile.TarError as exc:
+        msg = f"cannot read a layer tar to normalise it ({exc}); rebuild with --no-normalize"
+        raise BuildError(msg) from None
+    planned, removed = _plan_layer(members, source, source_date_epoch=source_date_epoch)
+    writer = _HashingWriter(out)
+    with tarfile.TarFile(
+        fileobj=writer, mode="w", format=tarfile.PAX_FORMAT, copybufsize=_CHUNK
+    ) as tar:
+        for item in planned:
+            if item.data_offset is None:
+                tar.addfile(item.info)
+            else:
+                source.seek(item.data_offset)
+                tar.addfile(item.info, source)
+    return LayerStats(
+        diff_id=f"sha256:{writer.sha256.hexdigest()}",
+        size=writer.size,
+        members=len(planned),
+        removed=tuple(removed),
+    )
+
+
+# --- the config (pure) ---------------------------------------------------------------
+
+
+def rfc3339(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def canonical_json(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def source_date_epoch_of(config: Mapping[str, Any], image: str) -> int:
+    """The SOURCE_DATE_EPOCH an image was built for, from its label."""
+    labels = (config.get("config") or {}).get("Labels") or {}
+    value = str(labels.get(SDE_LABEL, ""))
+    if not value.isdigit():
+        msg = (
+            f"image {image} has no {SDE_LABEL} label, so its timestamps cannot be fixed; "
+            "build it with `stackpin build` (or pass --no-normalize)"
+        )
+        raise BuildError(msg)
+    return int(value)
+
+
+def normalize_config(
+    config: Mapping[str, Any], *, diff_ids: Sequence[str], source_date_epoch: int
+) -> bytes:
+    """The image config with build-run fields fixed; canonical bytes (their digest = ID)."""
+    out = copy.deepcopy(dict(config))
+    created = rfc3339(source_date_epoch)
+    out["created"] = created
+    for key in VOLATILE_CONFIG_KEYS:
+        out.pop(key, None)
+    runtime = out.get("config")
+    if isinstance(runtime, dict):
+        # The classic builder records the previous step's image ID (a function of its
+        # created time) and, on some versions, the build container's hostname.
+        runtime["Image"] = ""
+        runtime["Hostname"] = ""
+    for entry in out.get("history") or []:
+        entry["created"] = created
+    out["rootfs"] = {"type": "layers", "diff_ids": list(diff_ids)}
+    return canonical_json(out)
+
+
+# --- docker save archives ------------------------------------------------------------
+
+
+class _ChunkReader(io.RawIOBase):
+    """A read-only raw stream over an iterator of byte chunks (for tarfile's "r|")."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._pending = chunk
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+
+def chunk_stream(chunks: Iterable[bytes]) -> IO[bytes]:
+    """A buffered file object reading an iterator of byte chunks."""
+    return io.BufferedReader(_ChunkReader(chunks), buffer_size=_CHUNK)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavedImage:
+    """One image of a ``docker save`` stream unpacked into a folder: config + layer files."""
+
+    config: Mapping[str, Any]
+    layers: tuple[Path, ...]  # in config order; the same file may appear twice
+    layer_digests: Mapping[Path, str]
+
+
+def unpack_save(stream: IO[bytes], folder: Path) -> SavedImage:
+    """Spool a one-image ``docker save`` stream: layers to files (hashed), JSON in memory."""
+    digests: dict[str, str] = {}
+    paths: dict[str, Path] = {}
+    aliases: dict[str, str] = {}
+    documents: dict[str, bytes] = {}
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            if member.name.endswith("/layer.tar") and member.issym():
+                # docker save stores a layer listed twice once, plus a relative link.
+                parent = member.name.rpartition("/")[0]
+                aliases[member.name] = posixpath.normpath(f"{parent}/{member.linkname}")
+            elif member.name.endswith("/layer.tar") and member.isfile():
+                path = folder / f"in-{len(paths)}.tar"
+                data = tar.extractfile(member)
+                assert data is not None
+                digests[member.name] = _copy_hashed(data, path)
+                paths[member.name] = path
+            elif member.name.endswith(".json") and member.isfile():
+                data = tar.extractfile(member)
+                assert data is not None
+                documents[member.name] = data.read()
+    manifest = json.loads(documents.get("manifest.json", b"[]"))
+    if len(manifest) != 1:
+        msg = f"docker save gave {len(manifest)} images where one was asked for"
+        raise BuildError(msg)
+    config = json.loads(documents[manifest[0]["Config"]])
+    names = [aliases.get(n, n) for n in manifest[0]["Layers"]]
+    layers = tuple(paths[n] for n in names)
+    return SavedImage(
+        config=config, layers=layers, layer_digests={paths[n]: digests[n] for n in paths}
+    )
+
+
+def _copy_hashed(data: IO[bytes], path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("wb") as out:
+        while chunk := data.read(_CHUNK):
+            digest.update(chunk)
+            out.write(chunk)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def archive_chunks(config: bytes, layers: Sequence[tuple[str, Path]]) -> Iterator[bytes]:
+    """A ``docker save`` archive (manifest, config, layers) streamed from files.
+
+    Untagged on purpose: the caller tags after the load, also when the daemon already
+    holds the image and the load is skipped.
+    """
+    config_name = f"{hashlib.sha256(config).hexdigest()}.json"
+    names: list[str] = []
+    written: set[str] = set()
+    for diff_id, path in layers:
+        name = f"{diff_id.removeprefix('sha256:')}/layer.tar"
+        names.append(name)
+        if name not in written:
+            written.add(name)
+            with path.open("rb") as data:
+                yield from _member(name, data, path.stat().st_size)
+    yield from _member(config_name, io.BytesIO(config), len(config))
+    manifest = canonical_json([{"Config": config_name, "RepoTags": [], "Layers": names}])
+    yield from _member("manifest.json", io.BytesIO(manifest), len(manifest))
+    yield b"\0" * (2 * tarfile.BLOCKSIZE)
+
+
+def _member(name: str, data: IO[bytes], size: int) -> Iterator[bytes]:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = size, 0o644
+    yield info.tobuf(format=tarfile.USTAR_FORMAT)
+    while chunk := data.read(_CHUNK):
+        yield chunk
+    if size % tarfile.BLOCKSIZE:
+        yield b"\0" * (tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)
+
+
+# --- the engine side -----------------------------------------------------------------
+
+
+class NormalizeEngine(Protocol):
+    """The part of ``stackpin.engine.Engine`` normalisation uses (tests pass a fake)."""
+
+    def image_info(self, reference: str) -> ImageInfo | None: ...
+
+    def save(self, request: SaveRequest) -> Iterator[bytes]: ...
+
+    def load(self, source: Path | IO[bytes] | Iterable[bytes]) -> LoadResult: ...
+
+    def tag(self, image: str, reference: str) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class NormalizeRequest:
+    image: str  # the built image (ID or reference)
+    tags: tuple[str, ...]  # moved to the normalised image
+    keep_diff_ids: frozenset[str] = frozenset()  # base layers: passed through verbatim
+    work_dir: Path  # temp folders are made (and removed) here
+    cache_dir: Path | None = None  # remembers raw ID -> normalised ID
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerOutcome:
+    source_diff_id: str
+    diff_id: str
+    action: str  # "kept" (base layer), "unchanged" (already normal), "rewritten"
+    removed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class NormalizeResult:
+    image_id: str
+    source_image_id: str
+    tags: tuple[str, ...]
+    seconds: float
+    reused: bool  # True: taken from the cache, nothing saved or loaded
+    layers: tuple[LayerOutcome, ...] = field(default_factory=tuple)
+
+
+def normalize_image(
+    engine: NormalizeEngine, request: NormalizeRequest, *, on_line: Callable[[str], None] = _ignore
+) -> NormalizeResult:
+    """Save, rewrite, load and tag; see the module docstring."""
+    started = time.monotonic()
+    source = engine.image_info(request.image)
+    if source is None:
+        msg = f"image {request.image} is not in the daemon; build it first"
+        raise BuildError(msg)
+    cached = _cached_result(engine, request, source.id)
+    if cached is not None:
+        for reference in request.tags:
+            engine.tag(cached, reference)
+        return NormalizeResult(image_id=cached, source_image_id=source.id, tags=request.tags,
+                               seconds=round(time.monotonic() - started, 2), reused=True)
+    request.work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="normalize-", dir=request.work_dir) as tmp:
+        folder = Path(tmp)
+        on_line(f"normalize: saving {source.id[7:19]}")
+        saved = unpack_save(chunk_stream(engine.save(SaveRequest(images=(source.id,)))), folder)
+        epoch = source_date_epoch_of(saved.config, request.image)
+        on_line(f"normalize: rewriting {len(saved.layers)} layer(s) for SOURCE_DATE_EPOCH={epoch}")
+        outcomes, files = _rewrite_layers(saved, request.keep_diff_ids, epoch, folder)
+        config = normalize_config(
+            saved.config, diff_ids=[o.diff_id for o in outcomes], source_date_epoch=epoch
+        )
+        image_id = f"sha256:{hashlib.sha256(config).hexdigest()}"
+        if engine.image_info(image_id) is None:
+            on_line(f"normalize: loading {image_id[7:19]}")
+            loaded = engine.load(archive_chunks(config, list(zip(
+                [o.diff_id for o in outcomes], files, strict=True
+            ))))
+            if image_id not in loaded.image_ids:
+                msg = (
+                    f"the daemon loaded {', '.join(loaded.image_ids) or 'nothing'} instead of "
+                    f"the normalised {image_id}; rebuild with --no-normalize and report this"
+                )
+                raise BuildError(msg)
+    for reference in request.tags:
+        engine.tag(image_id, reference)
+    _remember(request, source.id, image_id)
+    return NormalizeResult(image_id=image_id, source_image_id=source.id, tags=request.tags,
+                           seconds=round(time.monotonic() - started, 2), reused=False,
+                           layers=tuple(outcomes))
+
+
+def _rewrite_layers(
+    saved: SavedImage, keep: frozenset[str], epoch: int, folder: Path
+) -> tuple[list[LayerOutcome], list[Path]]:
+    outcomes: list[LayerOutcome] = []
+    files: list[Path] = []
+    done: dict[Path, tuple[LayerOutcome, Path]] = {}
+    for path in saved.layers:
+        if path not in done:
+            digest = saved.layer_digests[path]
+            if digest in keep:
+                done[path] = (LayerOutcome(source_diff_id=digest, diff_id=digest,
+                                           action="kept"), path)
+            else:
+                done[path] = _rewrite_one(path, digest, epoch)
+        outcome, result = done[path]
+        outcomes.append(outcome)
+        files.append(result)
+    return outcomes, files
+
+
+def _rewrite_one(path: Path, digest: str, epoch: int) -> tuple[LayerOutcome, Path]:
+    target = path.with_name(path.name.replace("in-", "out-"))
+    with path.open("rb") as source, target.open("wb") as out:
+        stats = normalize_layer(source, out, source_date_epoch=epoch)
+    if stats.diff_id == digest:
+        target.unlink()
+        return LayerOutcome(source_diff_id=digest, diff_id=digest, action="unchanged"), path
+    path.unlink()  # the disk holds one copy of each layer at a time
+    outcome = LayerOutcome(source_diff_id=digest, diff_id=stats.diff_id, action="rewritten",
+                           removed=stats.removed)
+    return outcome, target
+
+
+# --- raw -> normalised cache: a warm rebuild (every step cached) costs a tag, not a save ---
+
+
+def _cache_file(request: NormalizeRequest, source_id: str) -> Path | None:
+    if request.cache_dir is None:
+        return None
+    key = canonical_json([NORMALIZE_VERSION, source_id, sorted(request.keep_diff_ids)])
+    return request.cache_dir / "normalize" / f"{hashlib.sha256(key).hexdigest()}.json"
+
+
+def _cached_result(
+    engine: NormalizeEngine, request: NormalizeRequest, source_id: str
+) -> str | None:
+    path = _cache_file(request, source_id)
+    if path is None or not path.is_file():
+        return None
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        image_id = str(json.loads(path.read_text(encoding="utf-8"))["image_id"])
+        if engine.image_info(image_id) is not None:
+            return image_id
+    return None
+
+
+def _remember(request: NormalizeRequest, source_id: str, image_id: str) -> None:
+    path = _cache_file(request, source_id)
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"source_image_id": source_id, "image_id": image_id}) + "\n",
+                   encoding="utf-8")
+    tmp.replace(path)
