@@ -331,33 +331,47 @@ class FakeEngine:
                          architecture="amd64", os="linux")
 
     def save(self, request: SaveRequest) -> Iterator[bytes]:
+        """Like the daemon: several images in one stream, a shared layer stored once."""
         self.saves += 1
-        (image_id,) = request.images
-        config, layers = self.images[image_id]
         out = io.BytesIO()
+        manifest = []
         with tarfile.open(fileobj=out, mode="w") as tar:
-            names: list[str] = []
             seen: dict[bytes, str] = {}
-            for i, layer in enumerate(layers):
-                name = f"{i:064x}/layer.tar"
-                names.append(name)
-                if layer in seen:  # docker save links a layer listed twice
-                    info = tarfile.TarInfo(name)
-                    info.type, info.linkname = tarfile.SYMTYPE, f"../{seen[layer]}"
-                    tar.addfile(info)
-                    continue
-                seen[layer] = name
-                for extra, data in (("VERSION", b"1.0"), ("json", b"{}"), ("layer.tar", layer)):
-                    info = tarfile.TarInfo(f"{i:064x}/{extra}")
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
-            for name, data in ((f"{image_id[7:]}.json", config), ("manifest.json", json.dumps(
-                    [{"Config": f"{image_id[7:]}.json", "RepoTags": None, "Layers": names}]).encode())):
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
+            for image_id in request.images:
+                config, layers = self.images[image_id]
+                names: list[str] = []
+                for layer in layers:
+                    name = f"{len(seen):064x}/layer.tar"
+                    if layer in seen and seen[layer] not in names:  # shared with another image
+                        names.append(seen[layer])
+                        continue
+                    if layer in seen:  # listed twice in one image: docker save links it
+                        link = f"{len(seen) + len(names):063x}f/layer.tar"
+                        self._link(tar, link, f"../{seen[layer]}")
+                        names.append(link)
+                        continue
+                    seen[layer] = name
+                    names.append(name)
+                    for extra, data in (("VERSION", b"1.0"), ("json", b"{}"), ("layer.tar", layer)):
+                        self._add(tar, f"{name.split('/')[0]}/{extra}", data)
+                self._add(tar, f"{image_id[7:]}.json", config)
+                manifest.append({"Config": f"{image_id[7:]}.json", "RepoTags": None,
+                                 "Layers": names})
+            self._add(tar, "manifest.json", json.dumps(manifest).encode())
         raw = out.getvalue()
         yield from (raw[i:i + 1000] for i in range(0, len(raw), 1000))
+
+    @staticmethod
+    def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+    @staticmethod
+    def _link(tar: tarfile.TarFile, name: str, target: str) -> None:
+        info = tarfile.TarInfo(name)
+        info.type, info.linkname = tarfile.SYMTYPE, target
+        tar.addfile(info)
 
     def load(self, source: Path | IO[bytes] | Iterable[bytes]) -> LoadResult:
         self.loads += 1
