@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from stackpin_verify.attention import AttnFn, compare_attention, make_qkv, math_attention, sdpa
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
-from stackpin_verify.context import DTYPES, Context
+from stackpin_verify.context import DTYPES, Context, tiny_work_threads
 from stackpin_verify.timing import median_ms
 
 # On max|difference| / max(1, max|reference|) per tensor (out, dq, dk, dv), unit-normal
@@ -23,6 +23,11 @@ SPEEDUP_SHAPE = (2, 1024, 16, 64)
 
 
 def run(ctx: Context) -> list[CheckResult]:
+    with tiny_work_threads(ctx.device):
+        return _run(ctx)
+
+
+def _run(ctx: Context) -> list[CheckResult]:
     results = []
     for name in sdpa_dtypes(ctx):
         for gqa in (False, True):

@@ -15,7 +15,7 @@ import torch
 
 from stackpin_verify import tinylm, training
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
-from stackpin_verify.context import Context
+from stackpin_verify.context import Context, tiny_work_threads
 
 LORA_STEPS = 80
 LORA_LR = 1e-2
@@ -37,13 +37,14 @@ class LoraSession:
 
 
 def run(ctx: Context) -> list[CheckResult]:
-    results = [
-        run_check("L5.data.padding_labels", functools.partial(check_padding_labels, ctx)),
-        run_check("L5.lora.attach", functools.partial(check_lora_attach, ctx)),
-        run_check("L5.lora.train", functools.partial(check_lora_train, ctx)),
-        run_check("L5.lora.adapter_roundtrip", functools.partial(check_adapter_roundtrip, ctx)),
-        run_check("L5.full_step", functools.partial(check_full_step, ctx)),
-    ]
+    with tiny_work_threads(ctx.device):
+        results = [
+            run_check("L5.data.padding_labels", functools.partial(check_padding_labels, ctx)),
+            run_check("L5.lora.attach", functools.partial(check_lora_attach, ctx)),
+            run_check("L5.lora.train", functools.partial(check_lora_train, ctx)),
+            run_check("L5.lora.adapter_roundtrip", functools.partial(check_adapter_roundtrip, ctx)),
+            run_check("L5.full_step", functools.partial(check_full_step, ctx)),
+        ]
     # Last: importing unsloth patches transformers for the rest of the process.
     results.append(run_check("L5.unsloth", functools.partial(check_unsloth, ctx), required=False))
     return results

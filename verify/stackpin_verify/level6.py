@@ -13,7 +13,7 @@ import torch
 
 from stackpin_verify import tinylm
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, require, run_check
-from stackpin_verify.context import Context
+from stackpin_verify.context import Context, tiny_work_threads
 from stackpin_verify.level5 import trained_session
 from stackpin_verify.training import judge_trace
 
@@ -32,11 +32,12 @@ class Generation:
 
 
 def run(ctx: Context) -> list[CheckResult]:
-    return [
-        run_check("L6.golden", functools.partial(check_golden, ctx)),
-        run_check("L6.degenerate", functools.partial(check_degenerate, ctx)),
-        run_check("L6.logits_finite", functools.partial(check_logits_finite, ctx)),
-    ]
+    with tiny_work_threads(ctx.device):
+        return [
+            run_check("L6.golden", functools.partial(check_golden, ctx)),
+            run_check("L6.degenerate", functools.partial(check_degenerate, ctx)),
+            run_check("L6.logits_finite", functools.partial(check_logits_finite, ctx)),
+        ]
 
 
 def generate_all(
