@@ -73,8 +73,8 @@ for path in "${BUNDLE_HOST_PATHS[@]}"; do
     if [ -e "$path" ]; then say PASS "mount: $path present"; else fail "mount: $path is missing"; fi
 done
 
-shm_have=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $2 * 1024 }')
-mem_have=$(awk '/^MemTotal:/ { print $2 * 1024 }' /proc/meminfo 2>/dev/null)
+shm_have=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { printf "%.0f\n", $2 * 1024 }')
+mem_have=$(awk '/^MemTotal:/ { printf "%.0f\n", $2 * 1024 }' /proc/meminfo 2>/dev/null)
 if [ "${#BUNDLE_SHM_SIZES[@]}" -eq 0 ]; then
     say PASS "shm: no shared-memory size requested"
 fi
@@ -90,7 +90,7 @@ for size in "${BUNDLE_SHM_SIZES[@]}"; do
 done
 
 root_dir=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || true)
-free=$(df -Pk "${root_dir:-/nonexistent}" 2>/dev/null | awk 'NR == 2 { print $4 * 1024 }')
+free=$(df -Pk "${root_dir:-/nonexistent}" 2>/dev/null | awk 'NR == 2 { printf "%.0f\n", $4 * 1024 }')
 need_bytes=$BUNDLE_UNPACKED_BYTES
 if [ -z "$free" ]; then
     say WARN "disk: cannot read free space of the docker root '${root_dir:-unknown}'; $(gib "$need_bytes") needed"

@@ -49,7 +49,8 @@ else
 fi
 mkdir -p "$state"
 health="python -c 'import urllib.request; urllib.request.urlopen(\"http://127.0.0.1:$inner/\", timeout=5)'"
-docker run --detach --name "$name" --restart no \
+# --init: PID 1 forwards SIGTERM, so stop.sh's clean stop does not wait out the grace time.
+docker run --detach --init --name "$name" --restart no \
     --label io.stackpin.profile="$profile" --label io.stackpin.bundle-image="$PROFILE_IMAGE_ID" \
     --publish "127.0.0.1:$port:$inner" \
     --volume "$state:/var/lib/stackpin/state" \

@@ -24,8 +24,11 @@ for profile in "${profiles[@]}"; do
         || die "image $PROFILE_IMAGE_TAG is not loaded: run bin/load.sh first"
     out="$reports/$profile"
     mkdir -p "$out"
-    # Offline like the site; as the calling user so the reports are theirs.
-    if docker run --rm --name "stackpin_site_verify_$profile" --network none \
+    # Offline like the site; as the calling user so the reports are theirs. torchrun's
+    # rendezvous resolves the container's hostname, which an offline container cannot
+    # look up: name it and map the name to loopback.
+    if docker run --rm --init --name "stackpin_site_verify_$profile" --network none \
+        --hostname stackpin-verify --add-host stackpin-verify:127.0.0.1 \
         --user "$(id -u):$(id -g)" --env HOME=/tmp \
         --volume "$(cd "$out" && pwd -P):/var/lib/stackpin/report" \
         "${PROFILE_RUN_ARGS[@]}" "$PROFILE_IMAGE_ID" \

@@ -1,0 +1,243 @@
+"""Bundle export, determinism, verification and tampering, without a daemon."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+import zstandard
+from test_bundle_fakes import (
+    CPU_CELL,
+    EPOCH,
+    FakeEngine,
+    cpu_selection,
+    engine_with_cpu,
+    export_cpu,
+    image_for,
+    project,
+    save_archive,
+)
+
+from stackpin import bundle, signing
+from stackpin.errors import BundleError
+from stackpin.matrix import RunFlags
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+# --- export -------------------------------------------------------------------------------
+
+
+def test_export_writes_the_layout_and_a_manifest_covering_every_file(tmp_path, shipped_cells):
+    result, public = export_cpu(tmp_path, shipped_cells)
+    out = result.out_dir
+    files = _files(out)
+    assert files == sorted([
+        "README.md", "SHA256SUMS", "images.tar.zst", "manifest.json", "manifest.sig",
+        "bin/bundle.conf", "bin/profiles/stable.conf", "bin/lib.sh", "bin/load.sh",
+        "bin/preflight.sh", "bin/start.sh", "bin/stop.sh", "bin/verify.sh",
+        f"dockerfiles/{CPU_CELL}-stable.Dockerfile", f"locks/{CPU_CELL}.lock",
+        f"locks/{CPU_CELL}.cell.json", f"sbom/{CPU_CELL}-stable.cdx.json", "reports/cpu.json",
+    ])
+    manifest = json.loads((out / "manifest.json").read_bytes())
+    listed = {f["path"] for f in manifest["files"]}
+    assert listed == set(files) - {"manifest.json", "manifest.sig"}
+    assert manifest["created"] == "2025-01-01T00:00:00Z"
+    assert manifest["format_version"] == bundle.FORMAT_VERSION
+    assert manifest["inputs"]["locks"] == {CPU_CELL: cpu_selection(shipped_cells).lock.digest}
+    image = manifest["images"][0]
+    assert (image["profile"], image["port"], image["platform"]) == ("stable", 18888, "cpu")
+    assert image["labels"]["io.stackpin.cell"] == CPU_CELL
+    assert (out / "manifest.json").read_bytes() == bundle.manifest_bytes(manifest)
+    assert os.access(out / "bin" / "load.sh", os.X_OK)
+    assert not os.access(out / "README.md", os.X_OK)
+    verified = bundle.verify(out, pubkey=public)
+    assert verified.signature == "verified"
+    assert verified.files == len(listed)
+
+
+def test_images_file_is_the_save_stream_compressed_and_hashed_in_one_pass(tmp_path, shipped_cells):
+    engine = engine_with_cpu(shipped_cells)
+    result, _ = export_cpu(tmp_path, shipped_cells, engine=engine)
+    raw = zstandard.ZstdDecompressor().decompressobj().decompress(
+        (result.out_dir / "images.tar.zst").read_bytes())
+    assert len(raw) == result.stream.tar_bytes
+    assert bundle.sha256_file(result.out_dir / "images.tar.zst") == result.stream.sha256
+    # One save request for every tag of the selection: shared layers stored once.
+    assert [r.images for r in engine.saved] == [tuple(sorted(result.images[0].tags))]
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        assert "manifest.json" in tar.getnames()
+
+
+def test_the_sbom_is_read_from_the_image_by_a_container_run(tmp_path, shipped_cells):
+    engine = engine_with_cpu(shipped_cells)
+    result, _ = export_cpu(tmp_path, shipped_cells, engine=engine)
+    (run,) = engine.runs
+    assert run.image == result.images[0].id
+    assert run.network_mode == "none"
+    doc = json.loads((result.out_dir / f"sbom/{CPU_CELL}-stable.cdx.json").read_text())
+    assert doc["specVersion"] == "1.5"
+    purls = [c["purl"] for c in doc["components"]]
+    assert "pkg:pypi/torch@2.13.0%2Bcpu" in purls
+    assert "pkg:deb/debian/python3@3.11.2-1%2Bb1?arch=amd64" in purls
+
+
+def test_two_exports_are_byte_identical_whatever_the_thread_count(tmp_path, shipped_cells):
+    first, _ = export_cpu(tmp_path, shipped_cells, name="a", zstd_threads=1, archive=True)
+    second, _ = export_cpu(tmp_path, shipped_cells, name="b", zstd_threads=4, archive=True)
+    assert _files(first.out_dir) == _files(second.out_dir)
+    for rel in _files(first.out_dir):  # the signature too: ed25519 is deterministic
+        assert (first.out_dir / rel).read_bytes() == (second.out_dir / rel).read_bytes(), rel
+    assert first.archive is not None
+    assert second.archive is not None
+    # Same content under another top folder name: same length, fixed headers.
+    assert len(first.archive.read_bytes()) == len(second.archive.read_bytes())
+
+
+def test_same_key_same_signature_and_same_archive(tmp_path, shipped_cells):
+    first, _ = export_cpu(tmp_path, shipped_cells, name="one", archive=True)
+    shutil.rmtree(tmp_path / "out" / "one")
+    second, _ = export_cpu(tmp_path, shipped_cells, name="one", archive=True, force=True)
+    assert first.archive is not None
+    assert second.archive is not None
+    assert (second.out_dir / "manifest.sig").stat().st_size == signing.SIGNATURE_BYTES
+    assert first.archive.read_bytes() == second.archive.read_bytes()
+
+
+def test_save_manifest_order_from_the_daemon_does_not_reach_the_bundle():
+    images = [("sha256:" + "a" * 64, ("x:1",)), ("sha256:" + "b" * 64, ("y:1", "x:2"))]
+    outputs = []
+    for reverse in (False, True):
+        sink = io.BytesIO()
+        chunks = [save_archive(images, reverse=reverse, layer_bytes=4096)]
+        bundle.normalize_save_stream(chunks, sink)
+        outputs.append(sink.getvalue())
+    assert outputs[0] == outputs[1]
+    with tarfile.open(fileobj=io.BytesIO(outputs[0])) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+    assert [e["RepoTags"] for e in manifest] == [["x:1"], ["x:2", "y:1"]]
+
+
+def test_an_existing_bundle_is_kept_unless_forced(tmp_path, shipped_cells):
+    export_cpu(tmp_path, shipped_cells)
+    with pytest.raises(BundleError, match="exists: choose another -o or pass --force"):
+        export_cpu(tmp_path, shipped_cells)
+    result, public = export_cpu(tmp_path, shipped_cells, force=True)
+    assert bundle.verify(result.out_dir, pubkey=public).signature == "verified"
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["bundle"]
+
+
+def test_an_interrupted_export_leaves_nothing_and_a_rerun_succeeds(tmp_path, shipped_cells):
+    engine = engine_with_cpu(shipped_cells)
+    engine.interrupt_after = 10
+    with pytest.raises(KeyboardInterrupt):
+        export_cpu(tmp_path, shipped_cells, engine=engine)
+    assert list((tmp_path / "out").iterdir()) == []
+    # A partial folder of an export that was SIGKILLed (its pid is gone) is swept away.
+    stale = tmp_path / "out" / ".bundle.partial-999999999"
+    stale.mkdir()
+    (stale / "images.tar.zst").write_bytes(b"half")
+    engine.interrupt_after = None
+    result, public = export_cpu(tmp_path, shipped_cells, engine=engine)
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["bundle"]
+    bundle.verify(result.out_dir, pubkey=public)
+
+
+def test_export_refuses_a_missing_image_or_one_built_from_another_lock(tmp_path, shipped_cells):
+    with pytest.raises(BundleError, match=f"build it first with `stackpin build {CPU_CELL}"):
+        export_cpu(tmp_path, shipped_cells, engine=FakeEngine())
+    selection = cpu_selection(shipped_cells)
+    engine = FakeEngine()
+    info = image_for(selection.cell, "stable", selection.lock.digest,
+                     labels={"io.stackpin.lock-digest": "0" * 64})
+    engine.add(info)
+    with pytest.raises(BundleError, match="rebuild it"):
+        export_cpu(tmp_path, shipped_cells, engine=engine)
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+# --- secrets ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("env", "labels"), [
+    (("HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyzABCDEFGH",), {}),
+    (("DB_PASSWORD=hunter22",), {}),
+    ((), {"io.example.api-key": "sk-live-1234567890"}),
+    ((), {"io.example.note": "password=hunter22"}),
+    (("PIP_INDEX_URL=https://user:pa55word@pypi.example/simple",), {}),
+])
+def test_export_refuses_secrets_in_the_image_config(tmp_path, shipped_cells, env, labels):
+    engine = engine_with_cpu(shipped_cells, env=env, labels=labels)
+    with pytest.raises(BundleError, match="a bundle never carries secrets") as caught:
+        export_cpu(tmp_path, shipped_cells, engine=engine)
+    for secret in ("hf_abcdefghij", "hunter22", "sk-live", "pa55word"):
+        assert secret not in caught.value.message  # the message never repeats the secret
+    assert engine.saved == []  # refused before the daemon streamed anything
+
+
+@pytest.mark.parametrize("content", [
+    b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaA==\n-----END OPENSSH PRIVATE KEY-----\n",
+    b'{"token_note": "x", "password": "correct-horse"}\n',
+    b"ghp_0123456789abcdefghijklmnopqrstuvwxyzAB\n",
+    b"AKIAIOSFODNN7EXAMPLE\n",
+])
+def test_export_refuses_secrets_in_bundle_files_and_leaves_nothing(tmp_path, shipped_cells,
+                                                                  content):
+    project(tmp_path, report=content)
+    with pytest.raises(BundleError, match=r"reports/cpu\.json holds"):
+        export_cpu(tmp_path, shipped_cells)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_ordinary_names_are_not_secrets():
+    assert bundle.find_secret(b"TOKENIZERS_PARALLELISM=false\nHF_HUB_OFFLINE=1\n") is None
+    assert bundle.find_secret(b"pip install --hash=sha256:" + b"a" * 64) is None
+    assert bundle.find_secret(b"secretstorage==3.3.3 keyring==25.0") is None
+
+
+# --- pure pieces --------------------------------------------------------------------------
+
+
+def test_profiles_are_variants_and_several_cells_get_their_own_names_and_ports():
+    assert bundle.assign_profiles([("c", "stable"), ("c", "enhanced")]) == [
+        ("stable", 18888), ("enhanced", 18887)]
+    assert bundle.assign_profiles([("a", "stable"), ("b", "stable"), ("b", "enhanced")]) == [
+        ("a.stable", 18888), ("b.stable", 18886), ("enhanced", 18885)]
+
+
+def test_dtk_run_flags_reach_the_profile_as_docker_options(shipped_cells):
+    dtk = next(c for c in shipped_cells.values() if c.platform == "dtk")
+    flags = RunFlags(devices=("/dev/kfd", "/dev/dri", "/dev/mkfd"), group_add=("video",),
+                     volumes=("/opt/hyhal:/opt/hyhal:ro",), shm_size="32g")
+    args = bundle.docker_run_args(bundle.run_flags_json(flags))
+    assert args == ["--device=/dev/kfd", "--device=/dev/dri", "--device=/dev/mkfd",
+                    "--group-add=video", "--volume=/opt/hyhal:/opt/hyhal:ro", "--shm-size=32g"]
+    image = bundle.BundleImage(
+        cell=dtk.id, variant="enhanced", profile="enhanced", port=18887, platform="dtk",
+        cpu_arch="x86_64", arch=("gfx928",), id="sha256:" + "1" * 64, tags=("s/x:enhanced-1",),
+        labels={}, run=bundle.run_flags_json(flags), size=1)
+    conf = bundle.profile_conf(image)
+    assert "PROFILE_RUN_ARGS=(--device=/dev/kfd --device=/dev/dri --device=/dev/mkfd" in conf
+    assert "PROFILE_PORT=18887\n" in conf
+    stats = bundle.StreamStats(tar_bytes=10, bytes=5, sha256="0" * 64)
+    conf = bundle.bundle_conf([image], stats)
+    assert "BUNDLE_DEVICES=(/dev/dri /dev/kfd /dev/mkfd)\n" in conf
+    assert "BUNDLE_HOST_PATHS=(/opt/hyhal)\n" in conf
+    assert "BUNDLE_SHM_SIZES=(32g)\n" in conf
+    assert "BUNDLE_ARCHES=(gfx928)\n" in conf
+
+
+def test_shell_data_is_quoted(shipped_cells):
+    assert bundle.shell_assign("X", ["a b", "$(rm -rf /)"]) == "X=('a b' '$(rm -rf /)')\n"
+
+
+def test_created_is_the_newest_source_date_epoch(shipped_cells):
+    selection = cpu_selection(shipped_cells)
+    assert bundle.created_epoch([selection]) == EPOCH

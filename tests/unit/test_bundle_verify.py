@@ -1,0 +1,216 @@
+"""Every tampering case is refused with one line, before anything reaches the engine."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+import zstandard
+from test_bundle_fakes import engine_with_cpu, export_cpu
+
+from stackpin import bundle, signing
+from stackpin.errors import BundleError
+
+
+@pytest.fixture
+def exported(tmp_path, shipped_cells):
+    result, public = export_cpu(tmp_path, shipped_cells, archive=True)
+    return result, public
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _refused(source: Path, pattern: str, pubkey: Path | None = None, *, shipped_cells=None):
+    with pytest.raises(BundleError, match=pattern) as caught:
+        bundle.verify(source, pubkey=pubkey)
+    assert "\n" not in caught.value.message
+    return caught.value.message
+
+
+# --- folders ------------------------------------------------------------------------------
+
+
+def test_a_flipped_byte_is_refused(exported):
+    result, public = exported
+    _flip(result.out_dir / "images.tar.zst", 1000)
+    _refused(result.out_dir, r"images.tar.zst does not match its sha256", public)
+
+
+def test_a_truncated_file_is_refused(exported):
+    result, public = exported
+    path = result.out_dir / "images.tar.zst"
+    path.write_bytes(path.read_bytes()[:-10])
+    _refused(result.out_dir, r"images.tar.zst is \d+ bytes, not \d+ \(truncated", public)
+
+
+def test_a_missing_file_is_refused(exported):
+    result, public = exported
+    (result.out_dir / "bin" / "stop.sh").unlink()
+    _refused(result.out_dir, r"bin/stop.sh is missing", public)
+
+
+def test_an_extra_file_is_refused(exported):
+    result, public = exported
+    (result.out_dir / "sbom" / "extra.json").write_text("{}")
+    _refused(result.out_dir, r"sbom/extra.json is not in the manifest \(an extra file\)", public)
+
+
+def test_a_manifest_edited_after_signing_is_refused(exported):
+    result, public = exported
+    path = result.out_dir / "manifest.json"
+    path.write_bytes(path.read_bytes().replace(b'"port": 18888', b'"port": 18880'))
+    _refused(result.out_dir, r"does not match manifest.json for key ed25519:", public)
+
+
+def test_a_missing_signature_is_refused_when_a_key_is_given(exported):
+    result, public = exported
+    (result.out_dir / "manifest.sig").unlink()
+    _refused(result.out_dir, r"manifest.sig is missing but a public key was given", public)
+    # Without a key, the checksums still hold and the state says so.
+    assert bundle.verify(result.out_dir).signature == "absent"
+
+
+def test_another_key_is_refused(exported, tmp_path):
+    result, _ = exported
+    other = signing.generate(tmp_path / "other")
+    _refused(result.out_dir, r"signed with another key", other.public_path)
+
+
+def test_sha256sums_rewritten_to_match_a_tampered_file_is_refused(exported):
+    result, _ = exported
+    out = result.out_dir
+    (out / "bin" / "stop.sh").write_text("#!/bin/bash\necho owned\n")
+    sums = out / "SHA256SUMS"
+    lines = [f"{bundle.sha256_file(out / 'bin/stop.sh')}  bin/stop.sh"
+             if line.endswith("bin/stop.sh") else line for line in sums.read_text().splitlines()]
+    sums.write_text("\n".join(lines) + "\n")
+    _refused(out, r"SHA256SUMS is \d+ bytes|SHA256SUMS does not match|bin/stop.sh is \d+ bytes")
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_links_and_special_files_are_refused(exported, kind):
+    result, public = exported
+    target = result.out_dir / "sbom" / "odd"
+    if kind == "symlink":
+        target.symlink_to("/etc/passwd")
+    else:
+        os.mkfifo(target)
+    _refused(result.out_dir, r"sbom/odd is a (link|device, fifo or socket)", public)
+
+
+def test_a_manifest_listing_an_unsafe_path_is_refused(exported):
+    result, _ = exported
+    path = result.out_dir / "manifest.json"
+    path.write_bytes(path.read_bytes().replace(b'"path": "README.md"', b'"path": "../README.md"'))
+    _refused(result.out_dir, r"lists an unsafe path")
+
+
+# --- archives -----------------------------------------------------------------------------
+
+
+def test_the_archive_verifies_by_streaming(exported):
+    result, public = exported
+    verified = bundle.verify(result.archive, pubkey=public)
+    assert (verified.kind, verified.signature) == ("archive", "verified")
+    with tarfile.open(result.archive) as tar:
+        names = tar.getnames()
+        assert names[0] == "bundle"
+        assert names[1:4] == ["bundle/bin", "bundle/bin/profiles", "bundle/dockerfiles"]
+        first_files = [m.name for m in tar.getmembers() if m.isfile()][:2]
+        assert first_files == ["bundle/manifest.json", "bundle/manifest.sig"]
+        assert {(m.uid, m.gid, m.uname, m.gname, m.mtime) for m in tar.getmembers()} == {
+            (0, 0, "", "", 1735689600)}
+
+
+def test_a_flipped_byte_in_the_archive_is_refused(exported):
+    result, public = exported
+    size = result.archive.stat().st_size
+    _flip(result.archive, size // 2)
+    _refused(result.archive, r"does not match its sha256|unreadable", public)
+
+
+def test_a_truncated_archive_is_refused(exported):
+    result, public = exported
+    data = result.archive.read_bytes()
+    result.archive.write_bytes(data[: len(data) // 2])
+    _refused(result.archive, r"unreadable or truncated|is missing", public)
+
+
+def _rewrite(archive: Path, extra: tarfile.TarInfo, body: bytes = b"") -> None:
+    """Copy the archive and append one hostile member."""
+    buffer = io.BytesIO()
+    with tarfile.open(archive) as src, tarfile.open(fileobj=buffer, mode="w") as dst:
+        for member in src.getmembers():
+            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+        dst.addfile(extra, io.BytesIO(body) if extra.isfile() else None)
+    archive.write_bytes(buffer.getvalue())
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, *, link: str = "", size: int = 0):
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    info.size = size
+    return info
+
+
+@pytest.mark.parametrize(("member", "reason"), [
+    (_member("/etc/cron.d/x", size=1), "has an absolute path"),
+    (_member("bundle/../../x", size=1), r"climbs out with '\.\.'"),
+    (_member("bundle/bin/x", tarfile.SYMTYPE, link="/etc/passwd"), "is a link"),
+    (_member("bundle/bin/y", tarfile.LNKTYPE, link="bundle/README.md"), "is a link"),
+    (_member("bundle/dev/sda", tarfile.BLKTYPE), "is a device or fifo"),
+    (_member("bundle/dev/tty", tarfile.CHRTYPE), "is a device or fifo"),
+    (_member("other/README.md", size=1), "outside the bundle folder"),
+    (_member("bundle/README.md", size=1), "appears twice"),
+    (_member("bundle/sbom/new.json", size=1), r"not in the manifest \(an extra file\)"),
+])
+def test_hostile_archive_members_are_refused(exported, member, reason):
+    result, public = exported
+    _rewrite(result.archive, member, b"x" * member.size)
+    message = _refused(result.archive, reason, public)
+    assert "nothing was loaded" in message
+
+
+# --- load ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["dir", "archive"])
+def test_load_streams_the_verified_images_into_the_engine(exported, shipped_cells, source):
+    result, public = exported
+    path = result.out_dir if source == "dir" else result.archive
+    engine = engine_with_cpu(shipped_cells)
+    report = bundle.load(engine, path, pubkey=public)
+    (loaded,) = engine.loaded
+    compressed = (result.out_dir / "images.tar.zst").read_bytes()
+    assert loaded == zstandard.ZstdDecompressor().decompressobj().decompress(compressed)
+    assert report.image_ids == (result.images[0].id,)
+
+
+@pytest.mark.parametrize("damage", ["flip", "manifest"])
+def test_load_of_a_tampered_bundle_never_reaches_the_engine(exported, shipped_cells, damage):
+    result, public = exported
+    if damage == "flip":
+        _flip(result.out_dir / "images.tar.zst", 4096)
+    else:
+        path = result.out_dir / "manifest.json"
+        data = json.loads(path.read_bytes())
+        data["images"][0]["tags"].append("evil/x:latest")
+        path.write_bytes(bundle.manifest_bytes(data))
+    engine = engine_with_cpu(shipped_cells)
+    with pytest.raises(BundleError, match=r"nothing was loaded|does not match manifest\.json"):
+        bundle.load(engine, result.out_dir, pubkey=public)
+    assert engine.loaded == []
+
+
+def test_inspect_reads_the_manifest_of_a_folder_and_an_archive(exported):
+    result, _ = exported
+    assert bundle.read_manifest(result.out_dir) == bundle.read_manifest(result.archive)
