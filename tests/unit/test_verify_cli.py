@@ -39,7 +39,11 @@ finally:
 def _isolated(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-I", "-c", BOOT, *args],
-        cwd=cwd, capture_output=True, text=True, check=False, timeout=300,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
     )
 
 
@@ -47,7 +51,12 @@ def _module(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(verify_helpers.VERIFY_DIR))
     return subprocess.run(
         [sys.executable, "-m", "stackpin_verify", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=300,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
     )
 
 

@@ -112,7 +112,9 @@ def test_dtk_env_must_exist_and_be_loaded(tmp_path):
     script = tmp_path / "env.sh"
     dtk = tmp_path / "dtk"
     exists = lambda p: (tmp_path / p).exists()  # noqa: E731
-    assert level0.judge_dtk_env(str(script), {}, exists) == f"DTK env script {script} does not exist"
+    assert (
+        level0.judge_dtk_env(str(script), {}, exists) == f"DTK env script {script} does not exist"
+    )
     script.write_text("export ROCM_PATH=/opt/dtk\n")
     reason = level0.judge_dtk_env(str(script), {"ROCM_PATH": str(dtk)}, exists)
     assert reason is not None
@@ -158,12 +160,17 @@ def test_triton_checks_skip_without_triton_or_device():
 
 def test_disabled_bitsandbytes_gate():
     clean = level4.judge_disabled(
-        bnb_installed=False, transformers_claims=False, unsloth_installed=True,
+        bnb_installed=False,
+        transformers_claims=False,
+        unsloth_installed=True,
         environ={"UNSLOTH_DISABLE_BITSANDBYTES": "1"},
     )
     assert clean is None
     advertised = level4.judge_disabled(
-        bnb_installed=True, transformers_claims=True, unsloth_installed=True, environ={},
+        bnb_installed=True,
+        transformers_claims=True,
+        unsloth_installed=True,
+        environ={},
     )
     assert advertised == (
         "bitsandbytes is installed although the image declares it disabled (a generic wheel "
@@ -190,3 +197,27 @@ def test_quantized_matmul_judge():
     nan = ref.clone()
     nan[0, 0] = float("nan")
     assert level4.judge_quantized(nan, ref, 0.05) == "quantized matmul produced non-finite values"
+
+
+def test_unreadable_image_info_fails_the_image_check():
+    ctx = verify_helpers.cpu_context(
+        image_error="image info /opt/stackpin/image.json is not schema 1"
+    )
+    result = run_check("L0.image_info", functools.partial(level0.check_image_info, ctx))
+    assert (result.status, result.reason) == (
+        "fail",
+        "image info /opt/stackpin/image.json is not schema 1",
+    )
+
+
+def test_a_pinned_package_that_is_missing_fails_instead_of_skipping():
+    missing = "stackpin_verify_absent_pkg"
+    pinned = verify_helpers.cpu_context(verify_helpers.image_info(pins={missing: "1.0"}))
+    result = run_check("L5.unsloth", lambda: {"module": str(pinned.need_module(missing))})
+    assert (result.status, result.reason) == (
+        "fail",
+        f"{missing} is pinned in the image but not installed",
+    )
+    unpinned = verify_helpers.cpu_context(verify_helpers.image_info())
+    result = run_check("L5.unsloth", lambda: {"module": str(unpinned.need_module(missing))})
+    assert (result.status, result.reason) == ("skip", f"{missing} is not installed")

@@ -156,7 +156,9 @@ def test_padding_labels_not_masked_fail_the_padding_check():
 
 def test_shipped_collator_masks_padding():
     ctx = verify_helpers.cpu_context()
-    result = run_check("L5.data.padding_labels", functools.partial(level5.check_padding_labels, ctx))
+    result = run_check(
+        "L5.data.padding_labels", functools.partial(level5.check_padding_labels, ctx)
+    )
     assert result.status == "pass", result.reason
 
 

@@ -23,7 +23,9 @@ from stackpin_verify.checks import run_check
 
 
 def _dense(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
-    return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal).transpose(1, 2)
+    return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal).transpose(
+        1, 2
+    )
 
 
 def _varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
@@ -57,8 +59,9 @@ def test_flash_cases_pass_with_a_correct_kernel(monkeypatch, kind, dim, causal):
     _install(monkeypatch, _varlen)
     ctx = verify_helpers.cpu_context()
     name = f"L3.flash.{kind}.hd{dim}.{level3._causal(causal)}"
-    result = run_check(name, functools.partial(level3.check_flash_case, ctx, kind, dim=dim,
-                                               causal=causal))
+    result = run_check(
+        name, functools.partial(level3.check_flash_case, ctx, kind, dim=dim, causal=causal)
+    )
     assert result.status == "pass", result.reason
     assert result.metrics["max_scaled_diff"] <= result.metrics["tolerance"]
     heads_kv = 2 if kind == "gqa" else 8

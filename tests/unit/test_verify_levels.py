@@ -51,8 +51,9 @@ def test_fp32_gemm_check_runs_and_reports_throughput():
 
 
 def test_math_reference_matches_sdpa_with_gqa_in_float64():
-    q, k, v = make_qkv([1, 4, 16, 8], [1, 2, 16, 8], dtype=torch.float64,
-                       device=torch.device("cpu"))
+    q, k, v = make_qkv(
+        [1, 4, 16, 8], [1, 2, 16, 8], dtype=torch.float64, device=torch.device("cpu")
+    )
     for causal in (True, False):
         expected = math_attention(q, k, v, causal=causal)
         assert torch.allclose(sdpa(q, k, v, causal=causal), expected, atol=1e-12)
@@ -65,8 +66,7 @@ def test_gqa_with_wrong_head_grouping_is_caught():
         groups = q.shape[1] // k.shape[1]
         return sdpa(q, k.repeat(1, groups, 1, 1), v.repeat(1, groups, 1, 1), causal=False)
 
-    inputs = make_qkv([1, 4, 16, 8], [1, 2, 16, 8], dtype=torch.float32,
-                      device=torch.device("cpu"))
+    inputs = make_qkv([1, 4, 16, 8], [1, 2, 16, 8], dtype=torch.float32, device=torch.device("cpu"))
     reference = lambda q, k, v: math_attention(q, k, v, causal=False)  # noqa: E731
     metrics, reason = compare_attention(tiled, reference, inputs, tolerance=1e-4)
     assert reason is not None
@@ -89,8 +89,12 @@ def test_launch_uses_the_collective_backend_only_with_two_devices():
 
 
 def test_ddp_judge():
-    good = {"grad_norm": 0.5, "grad_rank_diff": 0.0, "grad_vs_mean_diff": 1e-9,
-            "weight_rank_diff": 0.0}
+    good = {
+        "grad_norm": 0.5,
+        "grad_rank_diff": 0.0,
+        "grad_vs_mean_diff": 1e-9,
+        "weight_rank_diff": 0.0,
+    }
     assert level7.judge_ddp(good) is None
     assert level7.judge_ddp({**good, "grad_rank_diff": 0.25}) == (
         "gradients differ across ranks by 0.25 (tolerance 1e-06)"

@@ -44,8 +44,14 @@ def checks() -> list[CheckResult]:
 def sample(checks: list[CheckResult]) -> dict[str, object]:
     return report.build_report(
         checks=checks,
-        host={"hostname": "h", "machine": "x86_64", "python": "3.11.7", "cpu_count": 2,
-              "cgroup_cpus": 1.5, "cgroup_memory_bytes": None},
+        host={
+            "hostname": "h",
+            "machine": "x86_64",
+            "python": "3.11.7",
+            "cpu_count": 2,
+            "cgroup_cpus": 1.5,
+            "cgroup_memory_bytes": None,
+        },
         image=verify_helpers.image_info(),
         backend="cpu",
         versions={"python": "3.11.7", "torch": "2.13.0+cpu"},
@@ -69,7 +75,11 @@ def test_report_matches_its_schema(sample: dict[str, object]):
     assert sample["schema"] == REPORT_SCHEMA
     assert sample["created"] == "2026-11-30T04:00:00Z"
     assert sample["summary"] == {
-        "passed": 1, "failed": 2, "skipped": 1, "required_failed": 1, "duration_s": 1.25,
+        "passed": 1,
+        "failed": 2,
+        "skipped": 1,
+        "required_failed": 1,
+        "duration_s": 1.25,
     }
 
 
@@ -79,7 +89,10 @@ def test_report_matches_its_schema(sample: dict[str, object]):
         (lambda r: r.pop("host"), "$: missing 'host'"),
         (lambda r: r["checks"][0].update(status="broken"), "$.checks[0].status: 'broken' is not"),
         (lambda r: r["checks"][1].update(name="gemm"), "$.checks[1].name: 'gemm' does not match"),
-        (lambda r: r["summary"].update(passed=True), "$.summary.passed: expected integer, got bool"),
+        (
+            lambda r: r["summary"].update(passed=True),
+            "$.summary.passed: expected integer, got bool",
+        ),
         (lambda r: r.update(backend="hip"), "$.backend: 'hip' is not one of"),
         (lambda r: r["host"].update(cgroup_cpus="2"), "$.host.cgroup_cpus: expected number/null"),
         (lambda r: r.update(extra=1), "$: unexpected key 'extra'"),

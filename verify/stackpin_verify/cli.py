@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from stackpin_verify.runner import make_context, run_levels
 
     start = time.perf_counter()
-    ctx = make_context(image_path=image_path, dtype_choice=args.dtype, out_dir=args.out_dir)
+    ctx = make_context(image_path=image_path, dtype_choice=args.dtype)
     checks, durations = run_levels(ctx, args.levels)
     result = report.build_report(
         checks=checks,

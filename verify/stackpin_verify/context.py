@@ -7,7 +7,6 @@ import importlib
 import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -24,7 +23,6 @@ class Context:
     device: torch.device
     image: dict[str, Any] | None
     dtype_choice: str = "auto"
-    out_dir: Path = Path("verify-report")
     # Why image.json could not be used, reported by L0.image_info.
     image_error: str | None = None
     # Results shared between levels (the trained LoRA model feeds L6).

@@ -30,7 +30,6 @@ def make_context(
     *,
     image_path: Path | None,
     dtype_choice: str,
-    out_dir: Path,
 ) -> Context:
     image: dict[str, Any] | None = None
     error: str | None = None
@@ -47,7 +46,6 @@ def make_context(
         device=device,
         image=image,
         dtype_choice=dtype_choice,
-        out_dir=out_dir,
         image_error=error,
     )
 
