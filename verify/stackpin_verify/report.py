@@ -23,6 +23,8 @@ _KEY_METRICS = (
     "speedup_vs_sdpa",
     "max_abs_diff",
     "max_abs_err",
+    "relative_rms",
+    "loss_after",
     "loss_last",
     "trainable_params",
     "median_ms",
