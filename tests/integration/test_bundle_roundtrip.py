@@ -1,0 +1,162 @@
+"""Issue 5, item 5 on the real daemon: export signed, remove, preflight, load, verify,
+start, stop; then one flipped byte is refused by load.sh and stackpin with nothing loaded.
+
+The images are removed during the test and always reloaded from the good bundle in
+``finally``, so tests that run after this one still find them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from tests.conftest import CPU_CELL, ROOT
+
+from stackpin.engine import Engine
+
+pytestmark = pytest.mark.docker
+
+STACKPIN = [sys.executable, "-m", "stackpin.cli.main"]
+
+
+def _stackpin(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*STACKPIN, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=3600)
+
+
+def _script(bundle: Path, name: str, *args: str, env: dict[str, str] | None = None,
+            timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(bundle / "bin" / name), *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def _port() -> int:
+    """18888 (the stable default) when free, else any free loopback port."""
+    for candidate in (18888, 0):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return int(probe.getsockname()[1])
+    msg = "no free loopback port"
+    raise AssertionError(msg)
+
+
+def _remove(engine: Engine, image_id: str) -> None:
+    info = engine.image_info(image_id)
+    for tag in info.tags if info else ():
+        engine.remove_image(tag)
+    assert engine.image_info(image_id) is None, f"{image_id} is still present (used elsewhere?)"
+
+
+@pytest.fixture(scope="module")
+def signed_bundle(cpu_image, tmp_path_factory) -> tuple[Path, Path]:
+    work = tmp_path_factory.mktemp("bundle")
+    done = _stackpin("keys", "generate", "-o", str(work / "keys"))
+    assert done.returncode == 0, done.stderr
+    done = _stackpin("bundle", "export", CPU_CELL, "-o", str(work / "site"),
+                     "--sign-key", str(work / "keys" / "stackpin.key"), "--json")
+    assert done.returncode == 0, done.stderr
+    return work / "site", work / "keys" / "stackpin.pub"
+
+
+def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, docker_engine: Engine):
+    bundle, pubkey = signed_bundle
+    manifest = json.loads((bundle / "manifest.json").read_bytes())
+    (image,) = manifest["images"]
+    assert image["id"] == cpu_image["image_id"]
+    port = _port()
+    try:
+        _remove(docker_engine, image["id"])
+
+        done = _script(bundle, "preflight.sh")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "FAIL" not in done.stdout
+
+        done = _script(bundle, "load.sh", "--pubkey", str(pubkey))
+        assert done.returncode == 0, done.stdout + done.stderr
+        loaded = docker_engine.image_info(image["id"])
+        assert loaded is not None
+        assert set(image["tags"]) <= set(loaded.tags)
+
+        done = _script(bundle, "verify.sh")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+        report = json.loads((bundle.parent / "site.reports" / "stable" / "report.json").read_text())
+        assert report["summary"]["required_failed"] == 0
+        assert (bundle.parent / "site.reports" / "stable" / "report.xml").is_file()
+
+        done = _script(bundle, "start.sh", "stable", env={"STACKPIN_PORT": str(port)})
+        assert done.returncode == 0, done.stdout + done.stderr
+        state = _inspect("stackpin_site_stable")
+        assert state["State"]["Health"]["Status"] == "healthy"
+        bindings = state["HostConfig"]["PortBindings"]["8000/tcp"]
+        assert bindings == [{"HostIp": "127.0.0.1", "HostPort": str(port)}]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
+            assert response.status == 200
+        assert (bundle.parent / "site.state" / "stable").is_dir()
+
+        again = _script(bundle, "start.sh", "stable", env={"STACKPIN_PORT": str(port)})
+        assert again.returncode != 0
+        assert "already running" in again.stderr
+
+        done = _script(bundle, "stop.sh", "stable")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert _inspect("stackpin_site_stable") is None
+    finally:
+        subprocess.run(["docker", "rm", "-f", "stackpin_site_stable"], capture_output=True)
+        if docker_engine.image_info(image["id"]) is None:
+            _stackpin("bundle", "load", str(bundle))
+
+
+def test_one_flipped_byte_is_refused_with_nothing_loaded(signed_bundle, cpu_image,
+                                                         docker_engine: Engine, tmp_path):
+    good, pubkey = signed_bundle
+    bundle = tmp_path / "tampered"
+    shutil.copytree(good, bundle)
+    path = bundle / "images.tar.zst"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x01
+    path.write_bytes(bytes(data))
+    image_id = json.loads((bundle / "manifest.json").read_bytes())["images"][0]["id"]
+    try:
+        _remove(docker_engine, image_id)
+
+        done = _script(bundle, "load.sh", "--pubkey", str(pubkey))
+        assert done.returncode != 0
+        assert "checksum: images.tar.zst" in done.stderr
+        assert docker_engine.image_info(image_id) is None
+
+        for verb in ("verify", "load"):
+            done = _stackpin("bundle", verb, str(bundle), "--pubkey", str(pubkey))
+            assert done.returncode == 7, done.stderr
+            assert "images.tar.zst does not match its sha256" in done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1
+            assert docker_engine.image_info(image_id) is None
+    finally:
+        if docker_engine.image_info(image_id) is None:
+            done = _stackpin("bundle", "load", str(good), "--pubkey", str(pubkey))
+            assert done.returncode == 0, done.stderr
+
+
+def test_two_exports_of_the_same_images_are_byte_identical(signed_bundle, tmp_path):
+    first, _pubkey = signed_bundle
+    key = first.parent / "keys" / "stackpin.key"
+    second = tmp_path / "site"
+    done = _stackpin("bundle", "export", CPU_CELL, "-o", str(second), "--sign-key", str(key))
+    assert done.returncode == 0, done.stderr
+    for name in ("images.tar.zst", "manifest.json", "manifest.sig", "SHA256SUMS"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def _inspect(name: str) -> dict | None:  # type: ignore[type-arg]
+    done = subprocess.run(["docker", "container", "inspect", name], capture_output=True,
+                          text=True)
+    return json.loads(done.stdout)[0] if done.returncode == 0 else None
