@@ -83,9 +83,19 @@ def test_launch_uses_the_collective_backend_only_with_two_devices():
     assert level7.choose_launch(2) == ("nccl", 2)
     assert level7.choose_launch(8) == ("nccl", 8)
     command = level7.launch_command("gloo", 2, verify_helpers.ROOT / "x.json")
-    assert command[:4] == [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert command[command.index("--nproc_per_node") + 1] == "2"
     assert command[command.index("-m", 3) + 1] == "stackpin_verify.ddp_worker"
+
+
+def test_launch_never_needs_the_hostname():
+    # Regression: in a container with --network none the hostname does not resolve and
+    # torchrun --standalone failed L7 with "gai error: -3" (seen in `stackpin verify`).
+    command = level7.launch_command("gloo", 2, verify_helpers.ROOT / "x.json")
+    assert "--standalone" not in command
+    assert command[command.index("--master_addr") + 1] == "127.0.0.1"
+    assert command[command.index("--local_addr") + 1] == "127.0.0.1"
+    assert level7._worker_env()["GLOO_SOCKET_IFNAME"] == "lo"
 
 
 def test_ddp_judge():

@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -40,10 +41,20 @@ def choose_launch(device_count: int) -> tuple[str, int]:
     return "gloo", 2
 
 
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def launch_command(backend: str, nproc: int, out: Path) -> list[str]:
+    # Rendezvous on loopback by address, never by hostname: a container run with
+    # --network none cannot resolve its own hostname, and --standalone advertises it.
     return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        "--nproc_per_node", str(nproc),
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes", "1", "--nproc_per_node", str(nproc),
+        "--master_addr", "127.0.0.1", "--master_port", str(_free_loopback_port()),
+        "--local_addr", "127.0.0.1",
         "-m", "stackpin_verify.ddp_worker", "--backend", backend, "--out", str(out),
     ]  # fmt: skip
 
@@ -53,6 +64,9 @@ def _worker_env() -> dict[str, str]:
     package_root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env.setdefault("OMP_NUM_THREADS", "1")
+    # gloo binds to the address its hostname resolves to unless told an interface; the
+    # loopback device always exists, also without a network.
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return env
 
 
