@@ -364,15 +364,17 @@ def check_rebuild(
     base_id: str,
     on_line: Callable[[str], None],
     no_cache: bool = True,
+    existing_ref: str | None = None,
 ) -> RebuildReport:
     """Build ``plan_`` again with no cache, normalise it and compare with the existing image.
 
     The rebuilt image lives under a temporary tag and is removed in ``finally``, as is
     the classic builder's raw image of a no-cache rebuild; the existing image is never
     touched. ``no_cache=False`` reuses cached layers: only the steps that miss the cache
-    are really rebuilt (a quick check, and how the tests keep CI short).
+    are really rebuilt (a quick check, and how the tests keep CI short). ``existing_ref``
+    names the image to compare with (default: the variant's lock-digest tag).
     """
-    reference = plan_.request.tags[0]
+    reference = existing_ref or plan_.request.tags[0]
     existing = engine.image_info(reference)
     if existing is None:
         msg = (

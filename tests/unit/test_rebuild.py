@@ -298,3 +298,13 @@ def test_with_the_cache_the_raw_image_is_kept(cpu_plan, tmp_path: Path):
     assert report.identical
     assert engine.builds[-1].nocache is False
     assert len(engine.removed) == 1  # only the temporary tag
+
+
+def test_the_image_to_compare_with_can_be_named(cpu_plan, tmp_path: Path):
+    engine, base_id = base_engine()
+    existing = existing_image(engine, cpu_plan, tmp_path)
+    for tag in cpu_plan.request.tags:  # another session moved the tags away
+        engine.tags.pop(tag)
+    report = check_rebuild(engine, cpu_plan, root=tmp_path, base_id=base_id, on_line=print,
+                           existing_ref=existing)
+    assert report.identical and report.reference == existing

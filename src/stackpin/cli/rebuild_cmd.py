@@ -26,10 +26,13 @@ from stackpin.rebuild import RebuildReport, check_rebuild, differing_paths, repo
 @click.option("--use-cache", is_flag=True,
               help="Reuse cached layers: only steps that miss the cache are rebuilt and "
                    "checked (quick iteration, tests); the full check is without it.")
+@click.option("--image", "image_ref", metavar="REF",
+              help="Compare with this image (tag or ID, e.g. one loaded from a bundle) "
+                   "instead of the variant's lock-digest tag; needs a single variant.")
 @click.option("-v", "--verbose", is_flag=True, help="Print every build line, not just steps.")
 @json_option
-def command(cell_id: str, check: bool, variant: str, use_cache: bool, verbose: bool,
-            as_json: bool) -> None:
+def command(cell_id: str, check: bool, variant: str, use_cache: bool, image_ref: str | None,
+            verbose: bool, as_json: bool) -> None:
     """Rebuild CELL's images from scratch and compare them with the ones already built.
 
     Identical image IDs pass. Otherwise every differing config field is listed, and every
@@ -43,6 +46,9 @@ def command(cell_id: str, check: bool, variant: str, use_cache: bool, verbose: b
     root = project_root()
     cell = cell_by_id(cell_id, root)
     variants = selected_variants(cell, variant)
+    if image_ref and len(variants) != 1:
+        msg = f"--image names one image; pick its variant with --variant ({', '.join(variants)})"
+        raise click.UsageError(msg)
     lock = preflight(cell, read_lock(root, cell.id), root)
     progress = StepProgress(verbose=verbose)
     reports: list[RebuildReport] = []
@@ -52,7 +58,8 @@ def command(cell_id: str, check: bool, variant: str, use_cache: bool, verbose: b
             build_plan = plan(cell, name, lock, root=root, no_cache=not use_cache,
                               provenance=provenance_labels(root))
             report = check_rebuild(engine, build_plan, root=root, base_id=base.image_id,
-                                   on_line=progress, no_cache=not use_cache)
+                                   on_line=progress, no_cache=not use_cache,
+                                   existing_ref=image_ref)
             progress.done()
             reports.append(report)
             if not as_json:

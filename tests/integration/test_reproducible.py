@@ -1,0 +1,150 @@
+"""Reproducible images on the real daemon: the same cell gives the same image ID from
+another directory, time zone, umask and hostname, and an injected nondeterminism is
+caught by `stackpin rebuild --check` and named by its path.
+
+CI cost (2 cores): one truly --no-cache build of the CPU default (build B below, ~6-8
+min plus normalisation). Build A reuses the layers the session's `cpu_image` build left
+in the cache (on a clean CI machine those come from a cold build in this session). The
+injection test rebuilds only the final stage's last steps: its image comes from the
+cache up to the injected RUN, and `rebuild --check --use-cache` re-runs just that step.
+Both tests work in snapshot copies of the checkout, so edits made to the checkout while
+they run cannot make the two builds differ; the image tags they move are put back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.conftest import CPU_CELL, ROOT
+
+from stackpin.engine import Engine
+from stackpin.lock import read_lock
+from stackpin.normalize import SDE_LABEL
+
+pytestmark = pytest.mark.docker
+
+INJECTED = "RUN date +%s%N > /opt/stackpin/built-at"
+
+
+def snapshot(dest: Path) -> Path:
+    """A copy of the checkout as a user would have it: tracked and untracked files, .git,
+    and the (ignored) wheelhouse hard-linked; no .venv, no build/."""
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z", "-co", "--exclude-standard"],
+        capture_output=True, check=True,
+    ).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        source = ROOT / rel
+        if source.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / rel)
+    shutil.copytree(ROOT / ".git", dest / ".git", symlinks=True)
+    for folder in (f"wheels/{CPU_CELL}", "wheels/vendor"):
+        if (ROOT / folder).is_dir():
+            shutil.copytree(ROOT / folder, dest / folder, copy_function=os.link,
+                            dirs_exist_ok=True)
+    return dest
+
+
+def stackpin(copy: Path, *args: str, env: dict[str, str] | None = None,
+             umask: str = "022", hostname: str = "") -> subprocess.CompletedProcess[str]:
+    """The CLI run from ``copy`` with a given umask and, where we may, its own hostname."""
+    argv = [sys.executable, "-m", "stackpin.cli.main", *args]
+    script = f'umask {umask}; exec "$@"'
+    if hostname and os.geteuid() == 0 and shutil.which("unshare"):
+        # A UTS namespace of its own: the CLI (and the tar it writes) sees another host.
+        argv = ["unshare", "--uts", "sh", "-c", f"hostname {hostname}; {script}", "sh", *argv]
+    else:
+        argv = ["sh", "-c", script, "sh", *argv]
+    return subprocess.run(argv, cwd=copy, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, check=False)
+
+
+def record_of(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    (record,) = json.loads(done.stdout)
+    return dict(record)
+
+
+@pytest.fixture
+def tags_put_back(docker_engine: Engine) -> Iterator[None]:
+    """The copies build under the CPU default's own tags; give them back afterwards."""
+    lock = read_lock(ROOT, CPU_CELL)
+    assert lock is not None
+    tags = (f"stackpin/{CPU_CELL}:stable-{lock.digest[:12]}", f"stackpin/{CPU_CELL}:stable")
+    before = {t: info.id for t in tags if (info := docker_engine.image_info(t)) is not None}
+    try:
+        yield
+    finally:
+        for tag, image_id in before.items():
+            docker_engine.tag(image_id, tag)
+
+
+def test_no_cache_build_elsewhere_gives_the_same_image_id(
+    cpu_image, docker_engine: Engine, tmp_path: Path, tags_put_back: None
+):
+    first = snapshot(tmp_path / "checkout-a")
+    second = tmp_path / "elsewhere" / "deeper" / "checkout-b"
+    shutil.copytree(first, second, symlinks=True)
+    a = record_of(stackpin(first, "build", CPU_CELL, "--json"))
+    b = record_of(stackpin(
+        second, "build", CPU_CELL, "--no-cache", "--json",
+        env={"TZ": "Pacific/Chatham", "HOSTNAME": "repro-b", "LANG": "C"},
+        umask="077", hostname="repro-b",
+    ))
+    try:
+        assert b["steps"] and b["cached_steps"] == 0  # B really ran every step
+        assert a["raw_image_id"] != b["raw_image_id"]  # the builder's own IDs differ...
+        assert a["image_id"] == b["image_id"]  # ...the normalised ones do not
+        info = docker_engine.image_info(str(b["image_id"]))
+        assert info is not None
+        assert info.created == "2025-01-01T00:00:00Z"
+        assert info.labels[SDE_LABEL] == "1735689600"
+        for label in ("io.stackpin.lock-digest", "io.stackpin.cell-json", "io.stackpin.version",
+                      "io.stackpin.source-commit"):
+            assert info.labels[label]
+    finally:
+        docker_engine.remove_image(str(b["raw_image_id"]))
+
+
+def test_injected_timestamp_is_caught_and_named(
+    cpu_image, docker_engine: Engine, tmp_path: Path, tags_put_back: None
+):
+    copy = snapshot(tmp_path / "injected")
+    template = copy / "templates" / "Dockerfile.j2"
+    text = template.read_text()
+    anchor = "COPY verify/ /opt/stackpin/verify/\n"
+    assert anchor in text
+    template.write_text(text.replace(anchor, anchor + INJECTED + "\n"))
+    built = record_of(stackpin(copy, "build", CPU_CELL, "--json"))
+    # Drop the builder's cache of the injected step (and the metadata steps after it),
+    # so the cached rebuild below runs `date` again; earlier layers stay cached.
+    assert docker_engine.remove_image(str(built["raw_image_id"]))
+    try:
+        # --image pins the comparison to this build: other sessions may move the tags.
+        done = stackpin(copy, "rebuild", "--check", "--use-cache", CPU_CELL, "--json",
+                        "--variant", "stable", "--image", str(built["image_id"]))
+        assert done.returncode == 6, f"{done.stdout}\n{done.stderr}"
+        report = json.loads(done.stdout)
+        assert report["pass"] is False
+        (only,) = report["reports"]
+        assert only["existing"] == built["image_id"]
+        (layer,) = only["layers"]
+        assert "date +%s%N" in layer["created_by"]
+        by_path = {p["path"]: p["kinds"] for p in layer["paths"]}
+        assert by_path == {"opt/stackpin/built-at": ["content"]}
+        # The one-line error names the path too (the text report is tested in unit tests).
+        assert "not reproducible" in done.stderr
+        assert "/opt/stackpin/built-at" in done.stderr
+    finally:
+        docker_engine.remove_image(str(built["image_id"]), force=True)
+    leftovers = [i for i in docker_engine.list_images(f"io.stackpin.cell={CPU_CELL}")
+                 if any(":rebuild-check-" in t for t in i.tags)]
+    assert leftovers == []
