@@ -36,7 +36,7 @@ WheelSource = Literal["index", "vendor"]
 BitsAndBytes = Literal["disabled", "index", "vendor"]
 
 VARIANTS: tuple[Variant, ...] = ("stable", "enhanced")
-CELL_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
+CELL_ID_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
 
 
 def _doc(text: str, **extra: Any) -> dict[str, Any]:
