@@ -395,26 +395,45 @@ def scan_files(folder: Path, paths: Iterable[str]) -> None:
 # --- the save stream: normalised, compressed and hashed in one pass -------------------
 
 
-class _ChunkReader(io.RawIOBase):
-    """A raw stream over an iterator of byte chunks (tarfile's stream mode reads it)."""
+class _Chunks:
+    """Exact reads and zero-copy pass-through over an iterator of byte chunks."""
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
         self._chunks = iter(chunks)
         self._pending = memoryview(b"")
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
+    def _fill(self) -> bool:
         while not self._pending:
             chunk = next(self._chunks, None)
             if chunk is None:
-                return 0
+                return False
             self._pending = memoryview(chunk)
-        size = min(len(buffer), len(self._pending))
-        buffer[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
-        return size
+        return True
+
+    def read(self, size: int) -> bytes:
+        """Exactly ``size`` bytes, or fewer only at the end of the stream."""
+        parts = []
+        while size and self._fill():
+            part = self._pending[:size]
+            self._pending = self._pending[len(part):]
+            parts.append(bytes(part))
+            size -= len(part)
+        return b"".join(parts)
+
+    def copy(self, size: int, sink: IO[bytes] | io.RawIOBase) -> None:
+        while size:
+            if not self._fill():
+                msg = "the Docker daemon ended the save stream early; export again"
+                raise BundleError(msg)
+            part = self._pending[:size]
+            self._pending = self._pending[len(part):]
+            sink.write(part)
+            size -= len(part)
+
+    def rest(self, sink: IO[bytes] | io.RawIOBase) -> None:
+        while self._fill():
+            sink.write(self._pending)
+            self._pending = memoryview(b"")
 
 
 class CompressingSink(io.RawIOBase):
@@ -463,24 +482,49 @@ def sorted_save_manifest(data: bytes) -> bytes:
     return json.dumps(entries, separators=(",", ":")).encode() + b"\n"
 
 
+def _tar_size(field: bytes) -> int:
+    if field[0] & 0x80:  # base-256, for members of 8 GiB and more
+        return int.from_bytes(field[1:], "big")
+    return int(field.rstrip(b"\0 ").strip() or b"0", 8)
+
+
+def _tar_header_with_size(header: bytes, size: int) -> bytes:
+    block = bytearray(header)
+    block[124:136] = b"%011o\0" % size
+    block[148:156] = b" " * 8  # the checksum counts its own field as spaces
+    block[148:156] = b"%06o\0 " % sum(block)
+    return bytes(block)
+
+
 def normalize_save_stream(chunks: Iterable[bytes], sink: IO[bytes] | io.RawIOBase) -> None:
-    """Copy a ``docker save`` tar to ``sink``, member by member, fixing its one unordered file."""
-    reader = io.BufferedReader(_ChunkReader(chunks), buffer_size=_CHUNK)
-    with tarfile.open(fileobj=reader, mode="r|", bufsize=_CHUNK) as src, \
-            tarfile.open(fileobj=sink, mode="w|", bufsize=_CHUNK,
-                         format=tarfile.PAX_FORMAT) as dst:
-        dst.copybufsize = _CHUNK  # type: ignore[attr-defined]  # 16 KiB by default
-        for member in src:
-            if member.isreg() and member.name == "manifest.json":
-                extracted = src.extractfile(member)
-                assert extracted is not None
-                body = sorted_save_manifest(extracted.read())
-                member.size = len(body)
-                dst.addfile(member, io.BytesIO(body))
-            elif member.isreg():
-                dst.addfile(member, src.extractfile(member))
-            else:
-                dst.addfile(member)
+    """Copy a ``docker save`` tar to ``sink``, fixing its one unordered file.
+
+    Headers and data pass through byte for byte (zero-copy: this runs at the daemon's
+    speed), except the top-level ``manifest.json``, whose entries are sorted and whose
+    header gets the new size and checksum.
+    """
+    stream = _Chunks(chunks)
+    while True:
+        header = stream.read(512)
+        if len(header) < 512:
+            msg = "the Docker daemon ended the save stream early; export again"
+            raise BundleError(msg)
+        if header == bytes(512):  # end of archive: the rest is zero padding
+            sink.write(header)
+            stream.rest(sink)
+            return
+        size = _tar_size(header[124:136])
+        padded = -(-size // 512) * 512
+        is_manifest = (header[0:100].rstrip(b"\0") == b"manifest.json"
+                       and header[156:157] in (b"0", b"\0") and not header[345:500].strip(b"\0"))
+        if not is_manifest:
+            sink.write(header)
+            stream.copy(padded, sink)
+            continue
+        body = sorted_save_manifest(stream.read(size))
+        stream.read(padded - size)
+        sink.write(_tar_header_with_size(header, len(body)))
+        sink.write(body + bytes(-len(body) % 512))
 
 
 def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: int) -> StreamStats:

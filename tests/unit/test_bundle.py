@@ -241,3 +241,32 @@ def test_shell_data_is_quoted(shipped_cells):
 def test_created_is_the_newest_source_date_epoch(shipped_cells):
     selection = cpu_selection(shipped_cells)
     assert bundle.created_epoch([selection]) == EPOCH
+
+
+def test_the_save_stream_passes_through_byte_for_byte_but_its_manifest():
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, body in ((f"{'d' * 64}/{'n' * 120}.json", b"{}"),  # long name: a PAX header
+                           ("layer/layer.tar", bytes(range(256)) * 11),
+                           ("manifest.json", b'[{"Config":"b.json","RepoTags":["z:1","a:1"]}]')):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            info.mtime = EPOCH
+            tar.addfile(info, io.BytesIO(body))
+    original = buffer.getvalue()
+    sink = io.BytesIO()
+    bundle.normalize_save_stream([original[i:i + 1000] for i in range(0, len(original), 1000)],
+                                 sink)
+    out = sink.getvalue()
+    with tarfile.open(fileobj=io.BytesIO(out)) as tar:  # checksums valid, sizes right
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+    assert members["layer/layer.tar"] == bytes(range(256)) * 11
+    assert json.loads(members["manifest.json"]) == [{"Config": "b.json", "RepoTags": ["a:1", "z:1"]}]
+    manifest_at = original.index(b"manifest.json")
+    assert out[:manifest_at] == original[:manifest_at]
+
+
+def test_a_save_stream_cut_short_is_an_error():
+    data = save_archive([("sha256:" + "a" * 64, ("x:1",))], layer_bytes=4096)
+    with pytest.raises(BundleError, match="ended the save stream early"):
+        bundle.normalize_save_stream([data[:3000]], io.BytesIO())
