@@ -25,7 +25,9 @@ import copy
 import hashlib
 import io
 import json
+import os
 import posixpath
+import shutil
 import tarfile
 import tempfile
 import time
@@ -460,7 +462,9 @@ def normalize_image(
         return NormalizeResult(image_id=cached, source_image_id=source.id, tags=request.tags,
                                seconds=round(time.monotonic() - started, 2), reused=True)
     request.work_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="normalize-", dir=request.work_dir) as tmp:
+    sweep_stale(request.work_dir)
+    prefix = f"normalize-{os.getpid()}-"
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=request.work_dir) as tmp:
         folder = Path(tmp)
         on_line(f"normalize: saving {source.id[7:19]}")
         saved = unpack_save(chunk_stream(engine.save(SaveRequest(images=(source.id,)))), folder)
@@ -488,6 +492,28 @@ def normalize_image(
     return NormalizeResult(image_id=image_id, source_image_id=source.id, tags=request.tags,
                            seconds=round(time.monotonic() - started, 2), reused=False,
                            layers=tuple(outcomes))
+
+
+def sweep_stale(work_dir: Path) -> None:
+    """Remove temp folders of normalisations whose process is gone.
+
+    A SIGTERM (``timeout``, a CI runner) ends Python without running ``finally``, which
+    would leave gigabytes behind; the owner's PID is in the folder name.
+    """
+    for folder in work_dir.glob("normalize-*-*"):
+        pid = folder.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _rewrite_layers(

@@ -24,6 +24,7 @@ from stackpin.normalize import (
     normalize_layer,
     order_key,
     source_date_epoch_of,
+    sweep_stale,
     unpack_save,
     volatile_reason,
 )
@@ -485,3 +486,16 @@ def test_archive_round_trips_through_unpack(tmp_path: Path):
     saved = unpack_save(stream, tmp_path / "u")
     assert saved.config == json.loads(config)
     assert [saved.layer_digests[p] for p in saved.layers] == [diff_id, diff_id]
+
+
+def test_temp_folders_of_dead_runs_are_swept(tmp_path: Path):
+    import os
+
+    gone = tmp_path / f"normalize-{2**22 + 12345}-abc"  # above Linux's highest pid_max
+    mine = tmp_path / f"normalize-{os.getpid()}-def"
+    other = tmp_path / "keep-me"
+    for folder in (gone, mine, other):
+        folder.mkdir()
+        (folder / "in-0.tar").write_bytes(b"x")
+    sweep_stale(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, other.name])
