@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run ON ONE H200 from the repository root, no carried wheels: L0 + L1 three times in a row,
-# to show the GEMM figure against triton's do_bench (issue 6) after samples became batches of
-# back-to-back products. Writes $OUT/l1run{1,2,3}/report.*.
+# to show the GEMM figure against triton's do_bench on the same product (issue 6) and how much
+# it moves between runs. Writes $OUT/l1run{1,2,3}/report.*.
 set -uo pipefail
 . scripts/gpu/env.sh
 OUT=${OUT:-/tmp/stackpin-evidence}
