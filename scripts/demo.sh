@@ -9,5 +9,7 @@ $sp matrix check >/dev/null && echo "check: every shipped cell is consistent (st
 $sp wheels fetch
 $sp build
 $sp images
-if $sp verify --help >/dev/null 2>&1; then $sp verify; fi
-if $sp bundle --help >/dev/null 2>&1; then $sp bundle export -o out/bundle --force; fi
+$sp verify | tail -n 3
+[ -f out/keys/stackpin.key ] || $sp keys generate -o out/keys
+$sp bundle export -o out/bundle --sign-key out/keys/stackpin.key --force
+echo "demo: done; the site loads out/bundle with bin/preflight.sh, bin/load.sh, bin/verify.sh"
