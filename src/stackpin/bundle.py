@@ -47,12 +47,12 @@ from typing import IO, Any, BinaryIO, Literal
 import jinja2
 import zstandard
 
-from stackpin import __version__, sbom, signing
+from stackpin import __version__, provenance, sbom, signing
 from stackpin.engine import Engine, ImageInfo, SaveRequest
-from stackpin.errors import BundleError
+from stackpin.errors import BundleError, ValidationError
 from stackpin.lock import Lock, atomic_write
 from stackpin.matrix import Cell, RunFlags, Variant, cell_to_dict
-from stackpin.render import RenderRequest, image_tags, render
+from stackpin.render import RenderRequest, base_reference, image_tags, render
 
 FORMAT = "stackpin-bundle"
 FORMAT_VERSION = 1
@@ -635,11 +635,8 @@ def write_static_files(request: ExportRequest, staging: Path, images: Sequence[B
         _put(staging, f"bin/profiles/{image.profile}.conf", profile_conf(image).encode())
     for selection in request.selections:
         cell, variant, lock = selection.cell, selection.variant, selection.lock
-        rendered = render(RenderRequest(
-            cell=cell, variant=variant, lock=lock, templates_dir=request.root / "templates",
-            stackpin_version=__version__,
-        ))
-        _put(staging, f"dockerfiles/{cell.id}-{variant}.Dockerfile", rendered.dockerfile.encode())
+        _put(staging, f"dockerfiles/{cell.id}-{variant}.Dockerfile",
+             _dockerfile(request, selection).encode())
         _put(staging, f"locks/{cell.id}.lock", lock.text().encode())
         _put(staging, f"locks/{cell.id}.cell.json",
              (json.dumps(cell_to_dict(cell), indent=2, sort_keys=True) + "\n").encode())
@@ -680,6 +677,55 @@ def write_sboms(engine: Engine, staging: Path, images: Sequence[BundleImage],
         subject = sbom.Subject(image_id=image.id, tag=image.tags[0], created=created)
         _put(staging, f"sbom/{image.name}.cdx.json",
              sbom.sbom_bytes(sbom.cyclonedx(inventory, subject)))
+
+
+def _dockerfile(request: ExportRequest, selection: Selection) -> str:
+    return render(RenderRequest(
+        cell=selection.cell, variant=selection.variant, lock=selection.lock,
+        templates_dir=request.root / "templates", stackpin_version=__version__,
+    )).dockerfile
+
+
+def _base_image_id(engine: Engine, cell: Cell, labels: Mapping[str, str]) -> str:
+    info = engine.image_info(base_reference(cell))
+    if info is not None:
+        return info.id
+    pinned = labels.get("org.opencontainers.image.base.digest", "")
+    if pinned:
+        return pinned
+    msg = (
+        f"base {base_reference(cell)} of {cell.id} is not on this daemon and the image does "
+        "not record its digest: load or rebuild the base so the provenance can name it"
+    )
+    raise BundleError(msg)
+
+
+def write_provenance(engine: Engine, request: ExportRequest, staging: Path,
+                     images: Sequence[BundleImage]) -> None:
+    """provenance/<cell>.intoto.json: an in-toto / SLSA v1 statement per cell (issue 7).
+
+    Listed in the manifest like every file, so the manifest signature covers it.
+    """
+    for cell_id in dict.fromkeys(s.cell.id for s in request.selections):
+        pairs = [(s, i) for s, i in zip(request.selections, images, strict=True)
+                 if s.cell.id == cell_id]
+        first_selection, first_image = pairs[0]
+        labels = first_image.labels
+        inputs = provenance.ProvenanceInputs(
+            lock=first_selection.lock,
+            base_reference=base_reference(first_selection.cell),
+            base_image_id=_base_image_id(engine, first_selection.cell, labels),
+            dockerfiles={s.variant: _dockerfile(request, s) for s, _ in pairs},
+            stackpin_version=labels.get("io.stackpin.version", __version__),
+            source_commit=labels.get("io.stackpin.source-commit", "unknown"),
+        )
+        subjects = [provenance.ImageSubject(name=i.tags[0], image_id=i.id) for _, i in pairs]
+        try:
+            statement = provenance.provenance_statement(inputs, subjects)
+        except ValidationError as exc:
+            msg = f"cannot state the provenance of {cell_id}: {exc.message}"
+            raise BundleError(msg) from None
+        _put(staging, f"provenance/{cell_id}.intoto.json", provenance.statement_bytes(statement))
 
 
 def finish_bundle(request: ExportRequest, staging: Path, images: Sequence[BundleImage],
@@ -735,6 +781,7 @@ def export(engine: Engine, request: ExportRequest, *, on_line: LineSink = _ignor
         created = rfc3339(created_epoch(request.selections))
         on_line("bundle: reading package inventories (SBOM) from the images")
         write_sboms(engine, staging, images, created)
+        write_provenance(engine, request, staging, images)
         write_static_files(request, staging, images, stream)
         data = finish_bundle(request, staging, images, stream, signed_by=signed_by)
         if key is not None:

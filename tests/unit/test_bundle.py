@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import zstandard
 from test_bundle_fakes import (
+    BASE_ID,
     CPU_CELL,
     EPOCH,
     FakeEngine,
@@ -26,6 +28,7 @@ from test_bundle_fakes import (
 from stackpin import bundle, signing
 from stackpin.errors import BundleError
 from stackpin.matrix import RunFlags
+from stackpin.render import base_reference
 
 
 def _files(folder: Path) -> list[str]:
@@ -45,6 +48,7 @@ def test_export_writes_the_layout_and_a_manifest_covering_every_file(tmp_path, s
         "bin/preflight.sh", "bin/start.sh", "bin/stop.sh", "bin/verify.sh",
         f"dockerfiles/{CPU_CELL}-stable.Dockerfile", f"locks/{CPU_CELL}.lock",
         f"locks/{CPU_CELL}.cell.json", f"sbom/{CPU_CELL}-stable.cdx.json", "reports/cpu.json",
+        f"provenance/{CPU_CELL}.intoto.json",
     ])
     manifest = json.loads((out / "manifest.json").read_bytes())
     listed = {f["path"] for f in manifest["files"]}
@@ -74,6 +78,31 @@ def test_images_file_is_the_save_stream_compressed_and_hashed_in_one_pass(tmp_pa
     assert [r.images for r in engine.saved] == [tuple(sorted(result.images[0].tags))]
     with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
         assert "manifest.json" in tar.getnames()
+
+
+def test_a_provenance_statement_per_cell_is_covered_by_the_signature(tmp_path, shipped_cells):
+    engine = engine_with_cpu(shipped_cells, labels={
+        "io.stackpin.source-commit": "ab" * 20, "io.stackpin.version": "0.1.0"})
+    result, _ = export_cpu(tmp_path, shipped_cells, engine=engine)
+    statement = json.loads((result.out_dir / f"provenance/{CPU_CELL}.intoto.json").read_bytes())
+    assert statement["_type"] == "https://in-toto.io/Statement/v1"
+    image = result.images[0]
+    assert statement["subject"] == [
+        {"name": image.tags[0], "digest": {"sha256": image.id.removeprefix("sha256:")}}]
+    deps = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
+    assert deps[0]["digest"] == {"sha256": BASE_ID.removeprefix("sha256:")}
+    dockerfile = (result.out_dir / f"dockerfiles/{CPU_CELL}-stable.Dockerfile").read_bytes()
+    assert {"sha256": hashlib.sha256(dockerfile).hexdigest()} in [d["digest"] for d in deps]
+    manifest = json.loads((result.out_dir / "manifest.json").read_bytes())
+    assert f"provenance/{CPU_CELL}.intoto.json" in {f["path"] for f in manifest["files"]}
+
+
+def test_export_refuses_when_the_base_cannot_be_named(tmp_path, shipped_cells):
+    engine = engine_with_cpu(shipped_cells)
+    selection = cpu_selection(shipped_cells)
+    del engine.images[base_reference(selection.cell)]
+    with pytest.raises(BundleError, match="load or rebuild the base"):
+        export_cpu(tmp_path, shipped_cells, engine=engine)
 
 
 def test_the_sbom_is_read_from_the_image_by_a_container_run(tmp_path, shipped_cells):

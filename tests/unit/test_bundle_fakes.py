@@ -18,7 +18,7 @@ from stackpin import bundle, signing
 from stackpin.engine import ImageInfo, LoadResult, RunRequest, RunResult, SaveRequest
 from stackpin.lock import read_lock
 from stackpin.matrix import Cell
-from stackpin.render import image_tags
+from stackpin.render import base_reference, image_tags
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_CELL = "cpu-bookworm-torch2130-py311"
@@ -145,9 +145,19 @@ def cpu_selection(cells: dict[str, Cell]) -> bundle.Selection:
     return bundle.Selection(cell=cells[CPU_CELL], variant="stable", lock=lock)
 
 
+BASE_ID = "sha256:" + "ba5e" * 16
+
+
+def base_image(cell: Cell) -> ImageInfo:
+    return ImageInfo(id=BASE_ID, tags=(base_reference(cell),), repo_digests=(), labels={},
+                     size=1, created="", env=(), entrypoint=(), cmd=(), diff_ids=(),
+                     architecture="amd64", os="linux")
+
+
 def engine_with_cpu(cells: dict[str, Cell], **image_options: object) -> FakeEngine:
     selection = cpu_selection(cells)
     engine = FakeEngine()
+    engine.add(base_image(selection.cell))
     engine.add(image_for(selection.cell, "stable", selection.lock.digest,
                          **image_options))  # type: ignore[arg-type]
     return engine
