@@ -186,3 +186,46 @@ def test_docs_matrix_md_is_current():
 def test_schema_command_prints_json_schema():
     data = json.loads(run("matrix", "schema").output)
     assert data["properties"]["cells"]["type"] == "object"
+
+
+def test_sigterm_unwinds_like_ctrl_c(tmp_path: Path):
+    import signal
+    import subprocess
+    import sys
+
+    marker = tmp_path / "cleaned"
+    code = (
+        "import sys, time\n"
+        "from stackpin.cli.main import _interrupt_on_sigterm\n"
+        "_interrupt_on_sigterm()\n"
+        "try:\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(130)\n"
+        "finally:\n"
+        f"    open({str(marker)!r}, 'w').close()\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 130
+    assert marker.exists(), "finally blocks ran"
+
+
+def test_images_hides_untagged_builder_output():
+    from stackpin.cli.images_cmd import built_images, image_row
+    from stackpin.engine import ImageInfo
+
+    def info(image_id: str, tags: tuple[str, ...]) -> ImageInfo:
+        return ImageInfo(id=image_id, tags=tags, repo_digests=(), labels={
+            "io.stackpin.cell": CPU_CELL, "io.stackpin.variant": "stable",
+            "io.stackpin.lock-digest": "ab" * 32}, size=1100, created="", env=(), entrypoint=(),
+            cmd=(), diff_ids=(), architecture="amd64", os="linux")
+
+    raw, final = info("sha256:raw", ()), info("sha256:final", (f"stackpin/{CPU_CELL}:stable",))
+    assert built_images([raw, final]) == [final]
+    row = image_row(final, {"image_id": "sha256:final", "base_size": 100, "env_size": 1000})
+    assert row.overhead == 1.0
+    assert image_row(final, {"image_id": "sha256:other", "base_size": 1, "env_size": 1}).overhead is None

@@ -50,6 +50,12 @@ def image_row(info: ImageInfo, record: dict[str, object] | None) -> ImageRow:
     )
 
 
+def built_images(infos: list[ImageInfo]) -> list[ImageInfo]:
+    """The images a build produced: untagged ones carrying our labels are the classic
+    builder's raw output, kept only as layer cache after normalisation."""
+    return [info for info in infos if info.tags]
+
+
 @click.command(name="images")
 @json_option
 def command(as_json: bool) -> None:
@@ -64,7 +70,7 @@ def command(as_json: bool) -> None:
         rows = [
             image_row(info, read_record(root, info.labels.get("io.stackpin.cell", ""),
                                         info.labels.get("io.stackpin.variant", "")))
-            for info in engine.list_images("io.stackpin.cell")
+            for info in built_images(engine.list_images("io.stackpin.cell"))
         ]
     if as_json:
         echo_json([row.to_json() for row in rows])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import click
@@ -54,8 +55,22 @@ def cli(ctx: click.Context, debug: bool) -> None:
 registry.register_all(cli)
 
 
+def _interrupt_on_sigterm() -> None:
+    """Treat SIGTERM (timeout, CI cancel, docker stop) like Ctrl-C.
+
+    Python ends on SIGTERM without running ``finally`` blocks, which would leave temp
+    folders, containers and half-written files behind; KeyboardInterrupt unwinds them.
+    """
+
+    def handler(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main() -> None:
     """Console-script entry point."""
+    _interrupt_on_sigterm()
     cli(prog_name="stackpin")
 
 
