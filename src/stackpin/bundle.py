@@ -60,7 +60,7 @@ MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
 SUMS = "SHA256SUMS"
 IMAGES = "images.tar.zst"
-# Level 3 with workers: measured within the export-time budget (docs/benchmarks-bundle.md)
+# Level 3 with workers: measured within the export-time budget (docs/benchmarks.md)
 # and smaller than `zstd -T0 -3`. Pinned: the level is part of the bundle's bytes.
 ZSTD_LEVEL = 3
 DEFAULT_PORTS: Mapping[str, int] = {"enhanced": 18887, "stable": 18888}
