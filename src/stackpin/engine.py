@@ -443,7 +443,7 @@ class RunningContainer:
         """Copy a file or directory out of the container into ``dest_dir``."""
         stream, _stat = self._api.get_archive(self.id, container_path)
         dest_dir.mkdir(parents=True, exist_ok=True)
-        reader = io.BufferedReader(_ChunkReader(stream))
+        reader = chunk_stream(stream)
         with reader, tarfile.open(fileobj=reader, mode="r|") as tar:
             # The data filter refuses absolute paths, links out of dest_dir and devices.
             tar.extractall(dest_dir, filter="data")
@@ -469,6 +469,11 @@ class _ChunkReader(io.RawIOBase):
         buffer[:size] = self._pending[:size]
         self._pending = self._pending[size:]
         return size
+
+
+def chunk_stream(chunks: Iterable[bytes], buffer_size: int = 1 << 20) -> IO[bytes]:
+    """A buffered file object over an iterator of byte chunks (a save stream, say)."""
+    return io.BufferedReader(_ChunkReader(chunks), buffer_size=buffer_size)
 
 
 def _no_daemon_message(url: str) -> str:

@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from stackpin.engine import ImageInfo, LoadResult, SaveRequest
+from stackpin.engine import ImageInfo, LoadResult, SaveRequest, chunk_stream
 from stackpin.errors import BuildError
 
 # Bump when the rewrite rules change: cached raw -> normalised mappings then go stale.
@@ -291,33 +291,6 @@ def normalize_config(
 
 
 # --- docker save archives ------------------------------------------------------------
-
-
-class _ChunkReader(io.RawIOBase):
-    """A read-only raw stream over an iterator of byte chunks (for tarfile's "r|")."""
-
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._chunks = iter(chunks)
-        self._pending = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._pending:
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                return 0
-            self._pending = chunk
-        size = min(len(buffer), len(self._pending))
-        buffer[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
-        return size
-
-
-def chunk_stream(chunks: Iterable[bytes]) -> IO[bytes]:
-    """A buffered file object reading an iterator of byte chunks."""
-    return io.BufferedReader(_ChunkReader(chunks), buffer_size=_CHUNK)
 
 
 @dataclass(frozen=True, kw_only=True)

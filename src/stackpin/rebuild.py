@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
 from stackpin.build import BuildPlan, stage
-from stackpin.engine import Engine, SaveRequest
+from stackpin.engine import Engine, SaveRequest, chunk_stream
 from stackpin.errors import HostEnvironmentError
-from stackpin.normalize import NormalizeRequest, chunk_stream, normalize_image
+from stackpin.normalize import NormalizeRequest, normalize_image
 
 Kind = Literal["content", "mtime", "mode", "owner", "only_in_existing", "only_in_rebuilt"]
 _CHUNK = 1 << 20

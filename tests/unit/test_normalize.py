@@ -12,12 +12,11 @@ from typing import IO
 
 import pytest
 
-from stackpin.engine import ImageInfo, LoadResult, SaveRequest
+from stackpin.engine import ImageInfo, LoadResult, SaveRequest, chunk_stream
 from stackpin.errors import BuildError
 from stackpin.normalize import (
     NormalizeRequest,
     archive_chunks,
-    chunk_stream,
     is_timestamp_pyc,
     normalize_config,
     normalize_image,

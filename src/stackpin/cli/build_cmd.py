@@ -10,21 +10,18 @@ import click
 from stackpin import __version__
 from stackpin.bootstrap import ensure_base
 from stackpin.build import execute, plan, preflight, stage
-from stackpin.cli.common import DEFAULT_CELL, cell_by_id, echo_json, json_option, project_root
+from stackpin.cli.common import (
+    DEFAULT_CELL,
+    cell_by_id,
+    echo_json,
+    json_option,
+    project_root,
+    selected_variants,
+)
 from stackpin.cli.progress import StepProgress
 from stackpin.engine import Engine
-from stackpin.errors import ConfigurationError
 from stackpin.lock import read_lock
-from stackpin.matrix import VARIANTS, Cell, Variant
-
-
-def selected_variants(cell: Cell, choice: str) -> tuple[Variant, ...]:
-    if choice == "all":
-        return cell.variants
-    if choice not in cell.variants:
-        msg = f"cell '{cell.id}' builds {', '.join(cell.variants)}, not '{choice}'"
-        raise ConfigurationError(msg + "; pick one of those or --variant all")
-    return tuple(v for v in cell.variants if v == choice)
+from stackpin.matrix import VARIANTS
 
 
 def source_commit(root: Path) -> str:

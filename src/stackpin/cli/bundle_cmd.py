@@ -10,24 +10,22 @@ from types import FrameType
 import click
 
 from stackpin import bundle
-from stackpin.cli.common import DEFAULT_CELL, cell_by_id, echo_json, json_option, project_root
+from stackpin.cli.common import (
+    DEFAULT_CELL,
+    cell_by_id,
+    echo_json,
+    json_option,
+    project_root,
+    selected_variants,
+)
 from stackpin.engine import Engine
-from stackpin.errors import ConfigurationError, ValidationError
+from stackpin.errors import ValidationError
 from stackpin.lock import read_lock, stale_reason
-from stackpin.matrix import VARIANTS, Cell, Variant
+from stackpin.matrix import VARIANTS
 
 _SOURCE = click.Path(exists=True, path_type=Path)
 _PUBKEY = click.option("--pubkey", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                        help="stackpin.pub of the signer: the signature must then verify.")
-
-
-def selected_variants(cell: Cell, choice: str) -> tuple[Variant, ...]:
-    if choice == "all":
-        return cell.variants
-    if choice not in cell.variants:
-        msg = f"cell '{cell.id}' builds {', '.join(cell.variants)}, not '{choice}'"
-        raise ConfigurationError(msg + "; pick one of those or --variant all")
-    return tuple(v for v in cell.variants if v == choice)
 
 
 def selections(cell_ids: tuple[str, ...], variant: str, root: Path) -> tuple[bundle.Selection, ...]:

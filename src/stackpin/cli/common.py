@@ -9,7 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
-from stackpin.matrix import Cell, find_cell, load_cells
+from stackpin.errors import ConfigurationError
+from stackpin.matrix import Cell, Variant, find_cell, load_cells
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,3 +47,13 @@ def json_option(func: F) -> F:
 
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def selected_variants(cell: Cell, choice: str) -> tuple[Variant, ...]:
+    """The variants a --variant choice means for a cell ('all' = every one it builds)."""
+    if choice == "all":
+        return cell.variants
+    if choice not in cell.variants:
+        msg = f"cell '{cell.id}' builds {', '.join(cell.variants)}, not '{choice}'"
+        raise ConfigurationError(msg + "; pick one of those or --variant all")
+    return tuple(v for v in cell.variants if v == choice)

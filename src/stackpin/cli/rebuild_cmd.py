@@ -6,8 +6,15 @@ import click
 
 from stackpin.bootstrap import ensure_base
 from stackpin.build import plan, preflight
-from stackpin.cli.build_cmd import provenance_labels, selected_variants
-from stackpin.cli.common import DEFAULT_CELL, cell_by_id, echo_json, json_option, project_root
+from stackpin.cli.build_cmd import provenance_labels
+from stackpin.cli.common import (
+    DEFAULT_CELL,
+    cell_by_id,
+    echo_json,
+    json_option,
+    project_root,
+    selected_variants,
+)
 from stackpin.cli.progress import StepProgress
 from stackpin.engine import Engine
 from stackpin.errors import VerificationError

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import click
 
-from stackpin.cli.common import DEFAULT_CELL, cell_by_id, echo_json, json_option, project_root
+from stackpin.cli.common import (
+    DEFAULT_CELL,
+    cell_by_id,
+    echo_json,
+    json_option,
+    project_root,
+    selected_variants,
+)
 from stackpin.engine import Engine
 from stackpin.errors import ConfigurationError, HostEnvironmentError, VerificationError
 from stackpin.lock import read_lock
@@ -70,7 +77,7 @@ def run(cell_id: str, variant: str, levels: str, dtype: str, as_json: bool) -> N
     """
     root = project_root()
     cell = cell_by_id(cell_id, root)
-    variants = cell.variants if variant == "all" else (variant,)
+    variants = selected_variants(cell, variant)
     failed: list[str] = []
     summaries = []
     with Engine.connect() as engine:
