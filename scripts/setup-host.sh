@@ -45,7 +45,9 @@ fi
 if ! .venv/bin/python -c 'import stackpin, pytest, mypy, torch, transformers' >/dev/null 2>&1 \
    || [ pyproject.toml -nt .venv/.stackpin-installed ]; then
     say "installing stackpin and its test stack into .venv (torch 2.13.0+cpu for the verify tests)"
-    .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' -r requirements-test.txt
+    # (grep drops pip's notes about this host's unreadable extra index folders)
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[dev]' -r requirements-test.txt 2>&1 \
+        | { grep -v '^WARNING: Location .* is ignored' || true; }
     touch .venv/.stackpin-installed
 else
     say "stackpin installed in .venv"
