@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stackpin import __version__
+from stackpin.cache import cache_dir
 from stackpin.checks import check_cell
 from stackpin.context import stage_context
 from stackpin.engine import BuildRequest, BuildResult, Engine, RunRequest
@@ -179,7 +180,7 @@ def execute(
     if normalize:
         normalized = normalize_image(engine, NormalizeRequest(
             image=result.image_id, tags=result.tags, keep_diff_ids=frozenset(base.diff_ids),
-            work_dir=root / "build" / "tmp", cache_dir=root / "build" / "cache",
+            work_dir=root / "build" / "tmp", cache_dir=cache_dir(),
         ), on_line=on_line)
         image_id, normalize_seconds = normalized.image_id, normalized.seconds
     image = engine.image_info(image_id)

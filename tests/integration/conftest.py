@@ -13,14 +13,16 @@ from pathlib import Path
 import pytest
 
 from stackpin.bootstrap import BootstrapRequest, bootstrap_image, bootstrap_request
+from stackpin.cache import cache_dir
 from stackpin.engine import Engine
 from stackpin.errors import StackpinError
 from stackpin.matrix import Cell
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_CELL = "cpu-bookworm-torch2130-py311"
-# Shared with `stackpin build`: a base bootstrapped by the tests is reused by the CLI.
-CACHE_DIR = ROOT / "build" / "cache"
+# Shared with `stackpin build` and with other checkouts on this host (a CI clone reuses
+# the rootfs a developer's checkout bootstrapped for the base image the daemon holds).
+CACHE_DIR = cache_dir()
 
 
 def _unavailable(reason: str) -> None:

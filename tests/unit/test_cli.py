@@ -229,3 +229,11 @@ def test_images_hides_untagged_builder_output():
     row = image_row(final, {"image_id": "sha256:final", "base_size": 100, "env_size": 1000})
     assert row.overhead == 1.0
     assert image_row(final, {"image_id": "sha256:other", "base_size": 1, "env_size": 1}).overhead is None
+
+
+def test_cache_dir_is_machine_wide_and_overridable(tmp_path: Path):
+    from stackpin.cache import cache_dir
+
+    assert cache_dir({"STACKPIN_CACHE_DIR": str(tmp_path)}) == tmp_path
+    assert cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/stackpin")
+    assert cache_dir({}) == Path.home() / ".cache" / "stackpin"

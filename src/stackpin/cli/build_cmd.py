@@ -10,6 +10,7 @@ import click
 from stackpin import __version__
 from stackpin.bootstrap import ensure_base
 from stackpin.build import execute, plan, preflight, stage
+from stackpin.cache import cache_dir
 from stackpin.cli.common import (
     DEFAULT_CELL,
     cell_by_id,
@@ -90,7 +91,7 @@ def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None,
     progress = StepProgress(verbose=verbose)
     records = []
     with Engine.connect() as engine:
-        base = ensure_base(engine, cell, cache_dir=root / "build" / "cache", base_tar=base_tar,
+        base = ensure_base(engine, cell, cache_dir=cache_dir(), base_tar=base_tar,
                            on_line=progress)
         for name in variants:
             build_plan = plan(cell, name, lock, root=root, no_cache=no_cache,

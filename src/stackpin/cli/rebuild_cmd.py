@@ -6,6 +6,7 @@ import click
 
 from stackpin.bootstrap import ensure_base
 from stackpin.build import plan, preflight
+from stackpin.cache import cache_dir
 from stackpin.cli.build_cmd import provenance_labels
 from stackpin.cli.common import (
     DEFAULT_CELL,
@@ -60,7 +61,7 @@ def command(cell_id: str, check: bool, variant: str, use_cache: bool, image_ref:
     progress = StepProgress(verbose=verbose)
     reports: list[RebuildReport] = []
     with Engine.connect() as engine:
-        base = ensure_base(engine, cell, cache_dir=root / "build" / "cache", on_line=progress)
+        base = ensure_base(engine, cell, cache_dir=cache_dir(), on_line=progress)
         for name in variants:
             build_plan = plan(cell, name, lock, root=root, no_cache=not use_cache,
                               provenance=provenance_labels(root))
