@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +32,9 @@ from stackpin.normalize import SDE_LABEL
 
 pytestmark = pytest.mark.docker
 
-INJECTED = "RUN date +%s%N > /opt/stackpin/built-at"
+# A token unique to each run keeps the step out of the layer cache of earlier runs on the
+# same daemon: a cached `date` layer from a previous run would make both builds agree.
+INJECTED = f"RUN : {uuid.uuid4().hex} && date +%s%N > /opt/stackpin/built-at"
 
 
 def snapshot(dest: Path) -> Path:
