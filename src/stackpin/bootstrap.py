@@ -32,6 +32,7 @@ from typing import IO, Literal, Protocol
 from stackpin.engine import ImageInfo, LoadResult, digest_matches
 from stackpin.errors import BuildError, ConfigurationError, HostEnvironmentError, ValidationError
 from stackpin.matrix import Cell
+from stackpin.wheelhouse import sha256_file
 
 # Debian architecture names for the cell's cpu_arch (uname -m spelling).
 DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el", "s390x": "s390x"}
@@ -311,7 +312,7 @@ def _run_to_end(argv: list[str], *, env: dict[str, str], log: IO[str]) -> int:
 def load_rootfs(engine: BaseEngine, req: BootstrapRequest, rootfs: Path) -> ImageInfo:
     """Load the cached rootfs as the image ``base_reference(req)``."""
     reference = base_reference(req)
-    diff_id = f"sha256:{_file_sha256(rootfs)}"
+    diff_id = f"sha256:{sha256_file(rootfs)}"
     chunks = image_archive_chunks(
         rootfs,
         config=image_config(req, diff_id=diff_id),
@@ -325,14 +326,6 @@ def load_rootfs(engine: BaseEngine, req: BootstrapRequest, rootfs: Path) -> Imag
         msg = f"the Docker daemon loaded {rootfs} but has no {reference}; see `docker images`"
         raise HostEnvironmentError(msg)
     return info
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # --- image-reference bases ------------------------------------------------------------------

@@ -53,6 +53,7 @@ from stackpin.errors import BundleError, ValidationError
 from stackpin.lock import Lock, atomic_write
 from stackpin.matrix import Cell, RunFlags, Variant, cell_to_dict
 from stackpin.render import RenderRequest, base_reference, image_tags, render
+from stackpin.wheelhouse import sha256_file
 
 FORMAT = "stackpin-bundle"
 FORMAT_VERSION = 1
@@ -608,14 +609,6 @@ def _copy(folder: Path, rel: str, source: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, path)
     path.chmod(0o755 if _EXECUTABLE.match(rel) else 0o644)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _listing(folder: Path) -> list[str]:
