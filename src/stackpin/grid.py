@@ -1,390 +1,29 @@
-"""One compatibility grid from many verification reports, and its regression view.
+"""The grid's renderers: Markdown, HTML, JSON and JUnit text from a ``reports.Grid``.
 
-Rows are cell x variant (or a bare host), columns are the checks grouped by level.
-A shipped cell x variant with no report is a *not run* row: absence of evidence is
-never shown as a pass. Pure: report texts, cells and a baseline in; Markdown, HTML,
-JSON and JUnit text out, byte-stable for the same input (no clock is read).
+Byte-stable for the same grid (no clock is read); the model, the report parsing and the
+baseline comparison are in ``stackpin.reports``.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import math
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
 
-from stackpin.errors import VerificationError
-from stackpin.matrix import VARIANTS, Cell
-
-REPORT_SCHEMA = "stackpin.verify/v1"
-GRID_SCHEMA = "stackpin.grid/v1"
-STATUSES = ("pass", "fail", "skip")
-NOT_RUN = "not run"
-MISSING = "missing"
-LEVEL_NAMES = {
-    0: "environment",
-    1: "compute",
-    2: "JIT",
-    3: "attention",
-    4: "quantization",
-    5: "training",
-    6: "correctness",
-    7: "distributed",
-}
-VERSION_KEYS = ("torch", "python", "numpy", "transformers")
-# Key numbers and which direction is better; a move the wrong way past the
-# threshold is a regression, a move the right way is only marked.
-NUMBERS = {
-    "gemm_tflops": ("best GEMM TFLOP/s", 1),
-    "flash_speedup": ("FlashAttention / SDPA", 1),
-    "loss_drop": ("LoRA loss drop", 1),
-}
-# How good a status is; lower after than before means the check got worse
-# (pass->fail, pass->skip, present->missing).
-_RANK = {"pass": 3, "skip": 2, "fail": 1, MISSING: 0}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Check:
-    name: str
-    level: int
-    required: bool
-    status: str
-    reason: str = ""
-    duration_s: float = 0.0
-    was: str = ""  # baseline status when it got worse, else ""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Row:
-    id: str
-    label: str
-    cell: str = ""
-    variant: str = ""
-    host: str = ""
-    source: str = ""
-    created: str = ""
-    backend: str = ""
-    ran: bool = True
-    versions: Mapping[str, str] = field(default_factory=dict)
-    numbers: Mapping[str, float] = field(default_factory=dict)
-    gemm_check: str = ""
-    loss: tuple[float, float] | None = None
-    checks: Mapping[str, Check] = field(default_factory=dict)
-
-    @property
-    def result(self) -> str:
-        if not self.ran:
-            return NOT_RUN
-        failed = any(c.status == "fail" and c.required for c in self.checks.values())
-        return "fail" if failed else "pass"
-
-    def count(self, status: str) -> int:
-        return sum(c.status == status for c in self.checks.values())
-
-
-@dataclass(frozen=True, kw_only=True)
-class Change:
-    """A check or number that differs from the baseline past the rule; worse ones fail."""
-
-    row: str
-    name: str
-    kind: str  # "status" or "number"
-    old: str
-    new: str
-    worse: bool
-    detail: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Column:
-    name: str
-    level: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class Grid:
-    rows: tuple[Row, ...]
-    columns: tuple[Column, ...]
-    changes: tuple[Change, ...] = ()
-    baseline: str = ""
-    threshold: float = 0.0
-
-    @property
-    def regressions(self) -> tuple[Change, ...]:
-        return tuple(c for c in self.changes if c.worse)
-
-    def levels(self) -> list[int]:
-        return sorted({c.level for c in self.columns})
-
-
-# --- reading reports -----------------------------------------------------------------
-
-
-def _bad(source: str, what: str) -> VerificationError:
-    msg = f"{source}: {what}; pass a JSON report written by 'stackpin verify' ({REPORT_SCHEMA})"
-    return VerificationError(msg)
-
-
-def _require(data: Mapping[str, Any], key: str, kind: type, source: str, where: str) -> Any:
-    value = data.get(key)
-    # bool is an int subclass; a level of `true` is as wrong as a missing one.
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise _bad(source, f"{where}'{key}' is missing or not a {kind.__name__}")
-    return value
-
-
-def parse_report(source: str, text: str) -> Row:
-    """One verification report as a grid row; anything else is a VerificationError."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _bad(source, f"not JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else None
-        raise _bad(source, f"not a stackpin verification report (schema {found!r})")
-    checks, metrics = _parse_checks(_require(data, "checks", list, source, ""), source)
-    host = _require(data, "host", dict, source, "")
-    versions = _require(data, "versions", dict, source, "")
-    row = Row(
-        id="",
-        label="",
-        host=str(host.get("hostname", "")),
-        source=source,
-        created=str(data.get("created", "")),
-        backend=str(data.get("backend", "")),
-        versions={k: str(versions[k]) for k in VERSION_KEYS if versions.get(k) is not None},
-        checks=checks,
-    )
-    return _with_numbers(_with_identity(row, data.get("image"), source), metrics)
-
-
-def _with_identity(row: Row, image: Any, source: str) -> Row:
-    if image is None:
-        return replace(row, id=f"host:{row.host}", label=f"{row.host} (bare host)")
-    if not isinstance(image, dict):
-        raise _bad(source, "'image' is neither null nor an object")
-    cell = _require(image, "cell", str, source, "image.")
-    variant = _require(image, "variant", str, source, "image.")
-    return replace(row, id=f"{cell}/{variant}", label=f"{cell} / {variant}", cell=cell,
-                   variant=variant)
-
-
-def _parse_checks(
-    items: list[Any], source: str
-) -> tuple[dict[str, Check], dict[str, Mapping[str, Any]]]:
-    """Checks by name, and their metrics (only needed to derive the key numbers)."""
-    checks: dict[str, Check] = {}
-    metrics: dict[str, Mapping[str, Any]] = {}
-    for i, item in enumerate(items):
-        where = f"checks[{i}]."
-        if not isinstance(item, dict):
-            raise _bad(source, f"checks[{i}] is not an object")
-        status = _require(item, "status", str, source, where)
-        if status not in STATUSES:
-            raise _bad(source, f"{where}status {status!r} is not one of {', '.join(STATUSES)}")
-        name = _require(item, "name", str, source, where)
-        checks[name] = Check(
-            name=name,
-            level=_require(item, "level", int, source, where),
-            required=bool(item.get("required", True)),
-            status=status,
-            reason=" ".join(str(item.get("reason") or "").split()),
-            duration_s=float(item.get("duration_s") or 0.0),
-        )
-        found = item.get("metrics")
-        metrics[name] = found if isinstance(found, dict) else {}
-    return checks, metrics
-
-
-def _number(metrics: Mapping[str, Any], key: str) -> float | None:
-    value = metrics.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _best_gemm(row: Row, metrics: Mapping[str, Mapping[str, Any]]) -> tuple[float, str] | None:
-    # Passing checks only: the speed of a kernel with wrong results is moot.
-    measured = [
-        (tflops, name)
-        for name, check in row.checks.items()
-        if name.startswith("L1.gemm.") and check.status == "pass"
-        and (tflops := _number(metrics.get(name, {}), "tflops")) is not None
-    ]
-    return max(measured) if measured else None
-
-
-def _with_numbers(row: Row, metrics: Mapping[str, Mapping[str, Any]]) -> Row:
-    numbers: dict[str, float] = {}
-    gemm_check = ""
-    best = _best_gemm(row, metrics)
-    if best is not None:
-        numbers["gemm_tflops"], gemm_check = best
-    speedup = _non_skipped(row, metrics, "L3.flash.speedup", "speedup_vs_sdpa")
-    if speedup is not None:
-        numbers["flash_speedup"] = speedup
-    first = _non_skipped(row, metrics, "L5.lora.train", "loss_first")
-    last = _non_skipped(row, metrics, "L5.lora.train", "loss_last")
-    loss = (first, last) if first is not None and last is not None else None
-    if loss and loss[0] > 0:
-        numbers["loss_drop"] = (loss[0] - loss[1]) / loss[0]
-    return replace(row, numbers=numbers, gemm_check=gemm_check, loss=loss)
-
-
-def _non_skipped(
-    row: Row, metrics: Mapping[str, Mapping[str, Any]], check: str, key: str
-) -> float | None:
-    # A failed speedup or loss check still measured something worth showing.
-    if check not in row.checks or row.checks[check].status == "skip":
-        return None
-    return _number(metrics.get(check, {}), key)
-
-
-# --- building the grid ---------------------------------------------------------------
-
-
-def build_grid(reports: Sequence[Row], cells: Mapping[str, Cell]) -> Grid:
-    """Rows for every report plus a *not run* row for each shipped cell x variant without one."""
-    rows = list(_disambiguate(reports))
-    covered = {(r.cell, r.variant) for r in rows}
-    for cell_id in sorted(cells):
-        for variant in (v for v in VARIANTS if v in cells[cell_id].variants):
-            if (cell_id, variant) not in covered:
-                rows.append(
-                    Row(id=f"{cell_id}/{variant}", label=f"{cell_id} / {variant}", cell=cell_id,
-                        variant=variant, ran=False)
-                )
-    rows.sort(key=_row_order)
-    return Grid(rows=tuple(rows), columns=_columns(rows))
-
-
-def _columns(rows: Sequence[Row]) -> tuple[Column, ...]:
-    """Checks by level, in the order the suite runs them (fp32 before fp16 before bf16)."""
-    first_seen: dict[str, tuple[int, int]] = {}
-    for row in rows:
-        for check in row.checks.values():
-            first_seen.setdefault(check.name, (check.level, len(first_seen)))
-    ordered = sorted(first_seen.items(), key=lambda item: item[1])
-    return tuple(Column(name=name, level=level) for name, (level, _) in ordered)
-
-
-def _row_order(row: Row) -> tuple[int, str, int, str]:
-    variant = VARIANTS.index(row.variant) if row.variant in VARIANTS else len(VARIANTS)
-    return (0 if row.cell else 1, row.cell, variant, row.id)
-
-
-def _disambiguate(reports: Sequence[Row]) -> Iterable[Row]:
-    """Reports for the same cell x variant from several hosts stay separate rows."""
-    seen: dict[str, int] = {}
-    for row in reports:
-        seen[row.id] = seen.get(row.id, 0) + 1
-    for row in sorted(reports, key=lambda r: (r.id, r.host, r.source)):
-        if seen[row.id] > 1:
-            row = replace(row, id=f"{row.id}@{row.host}", label=f"{row.label} @ {row.host}")
-        yield row
-
-
-# --- baseline comparison -------------------------------------------------------------
-
-
-def parse_baseline(source: str, text: str) -> dict[str, dict[str, Any]]:
-    """A previous grid.json as {row id: {"checks": {name: status}, "numbers": {...}}}."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        msg = f"{source}: not JSON ({exc.msg}); --baseline takes a 'report grid' output dir"
-        raise VerificationError(msg) from None
-    if not isinstance(data, dict) or data.get("schema") != GRID_SCHEMA:
-        msg = f"{source}: not a stackpin grid (schema {GRID_SCHEMA}); rebuild it with 'report grid'"
-        raise VerificationError(msg)
-    rows: dict[str, dict[str, Any]] = {}
-    for row in data.get("rows", []):
-        checks = {n: c.get("status", MISSING) for n, c in row.get("checks", {}).items()}
-        rows[row["id"]] = {"checks": checks, "numbers": dict(row.get("numbers", {}))}
-    return rows
-
-
-def compare(grid: Grid, baseline: Mapping[str, Mapping[str, Any]], *, source: str,
-            threshold: float) -> Grid:
-    """Mark every check that got worse and every key number that moved past the threshold."""
-    changes: list[Change] = []
-    rows: list[Row] = []
-    for row in grid.rows:
-        old = baseline.get(row.id)
-        if old is None:
-            rows.append(row)
-            continue
-        row, status_changes = _compare_checks(row, old["checks"])
-        changes += status_changes
-        changes += _compare_numbers(row, old["numbers"], threshold)
-        rows.append(row)
-    return replace(
-        grid,
-        rows=tuple(rows),
-        columns=_columns(rows),
-        changes=tuple(changes),
-        baseline=source,
-        threshold=threshold,
-    )
-
-
-def _compare_checks(row: Row, old: Mapping[str, str]) -> tuple[Row, list[Change]]:
-    checks = dict(row.checks)
-    changes: list[Change] = []
-    for name, before in sorted(old.items()):
-        now = checks.get(name)
-        after = now.status if now else MISSING
-        if before == MISSING or _RANK.get(after, 0) >= _RANK.get(before, 0):
-            continue
-        if now is None:
-            # Keep the vanished check visible: a dropped check can hide a failure.
-            level = int(name[1]) if name[:1] == "L" and name[1:2].isdigit() else 0
-            now = Check(name=name, level=level, required=True, status=MISSING,
-                        reason="check absent from this report")
-        checks[name] = replace(now, was=before)
-        changes.append(Change(row=row.id, name=name, kind="status", old=before, new=after,
-                              worse=True, detail=f"{before} -> {after}"))
-    return replace(row, checks=checks), changes
-
-
-def _compare_numbers(row: Row, old: Mapping[str, Any], threshold: float) -> list[Change]:
-    changes: list[Change] = []
-    for key, (_, better) in NUMBERS.items():
-        before, after = old.get(key), row.numbers.get(key)
-        if not isinstance(before, (int, float)):
-            continue
-        if after is None:
-            changes.append(Change(row=row.id, name=key, kind="number", old=_fmt(before),
-                                  new=MISSING, worse=True, detail="no longer measured"))
-            continue
-        moved = _relative(before, after)
-        if moved <= threshold:
-            continue
-        worse = (after - before) * better < 0
-        moved_by = f"{_pct(after, before)}; threshold {threshold:.0%}"
-        detail = f"{_fmt(before)} -> {_fmt(after)} ({moved_by})"
-        changes.append(Change(row=row.id, name=key, kind="number", old=_fmt(before),
-                              new=_fmt(after), worse=worse, detail=detail))
-    return changes
-
-
-def _relative(before: float, after: float) -> float:
-    if before == 0:
-        return 0.0 if after == 0 else math.inf
-    return abs(after - before) / abs(before)
-
-
-def _pct(after: float, before: float) -> str:
-    return "new" if before == 0 else f"{(after - before) / abs(before):+.1%}"
-
-
-def _fmt(value: float) -> str:
-    return f"{value:.4g}"
-
+from stackpin.reports import (
+    GRID_SCHEMA,
+    LEVEL_NAMES,
+    MISSING,
+    NOT_RUN,
+    NUMBERS,
+    STATUSES,
+    VERSION_KEYS,
+    Change,
+    Check,
+    Grid,
+    Row,
+    fmt_number,
+)
 
 # --- shared presentation helpers -----------------------------------------------------
 
@@ -398,14 +37,14 @@ def _number_text(row: Row, key: str) -> str:
     if key == "loss_drop":
         if row.loss is None:
             return ""
-        return f"{_fmt(row.loss[0])} → {_fmt(row.loss[1])}" + (
+        return f"{fmt_number(row.loss[0])} → {fmt_number(row.loss[1])}" + (
             f" ({-value:+.0%})" if value is not None else ""
         )
     if value is None:
         return ""
     if key == "gemm_tflops":
-        return f"{_fmt(value)} ({row.gemm_check.removeprefix('L1.gemm.')})"
-    return f"{_fmt(value)}x"
+        return f"{fmt_number(value)} ({row.gemm_check.removeprefix('L1.gemm.')})"
+    return f"{fmt_number(value)}x"
 
 
 def _number_change(grid: Grid, row: Row, key: str) -> Change | None:

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from tests.conftest import CPU_CELL, K100_CELL, ROOT
 
 from stackpin import grid as gridlib
+from stackpin import reports
 from stackpin.cli.main import cli
 from stackpin.errors import VerificationError
 
@@ -32,15 +33,15 @@ K100 = "dtk2604-k100-enhanced.json"
 FAILING_CHECK = "L3.flash.varlen.hd128.noncausal"
 
 
-def _row(name: str, folder: Path = FIXTURES) -> gridlib.Row:
-    return gridlib.parse_report(name, (folder / name).read_text(encoding="utf-8"))
+def _row(name: str, folder: Path = FIXTURES) -> reports.Row:
+    return reports.parse_report(name, (folder / name).read_text(encoding="utf-8"))
 
 
-def _grid(shipped_cells, names=(REAL, CPU, K100)) -> gridlib.Grid:
-    return gridlib.build_grid([_row(n) for n in names], shipped_cells)
+def _grid(shipped_cells, names=(REAL, CPU, K100)) -> reports.Grid:
+    return reports.build_grid([_row(n) for n in names], shipped_cells)
 
 
-def _by_id(grid: gridlib.Grid) -> dict[str, gridlib.Row]:
+def _by_id(grid: reports.Grid) -> dict[str, reports.Row]:
     return {r.id: r for r in grid.rows}
 
 
@@ -159,7 +160,7 @@ def test_same_cell_variant_from_two_hosts_gives_two_rows(shipped_cells, tmp_path
     data["host"]["hostname"] = "k100-ci-02"
     (tmp_path / "second.json").write_text(json.dumps(data))
     rows = [_row(K100), _row("second.json", tmp_path)]
-    ids = [r.id for r in gridlib.build_grid(rows, shipped_cells).rows if r.cell == K100_CELL]
+    ids = [r.id for r in reports.build_grid(rows, shipped_cells).rows if r.cell == K100_CELL]
     assert ids == [f"{K100_CELL}/stable", f"{K100_CELL}/enhanced@k100-ci-01",
                    f"{K100_CELL}/enhanced@k100-ci-02"]
 
@@ -189,7 +190,7 @@ def test_a_file_that_is_not_a_report_is_rejected_with_its_name():
 )
 def test_invalid_reports_raise_verification_errors(text, message):
     with pytest.raises(VerificationError, match=r"^bad\.json: ") as info:
-        gridlib.parse_report("bad.json", text)
+        reports.parse_report("bad.json", text)
     assert message in info.value.message
     assert "\n" not in info.value.message
 
@@ -256,12 +257,12 @@ def test_unchanged_reports_against_their_own_grid_pass(tmp_path):
 
 def test_vanished_checks_and_rows_are_regressions(shipped_cells):
     old_grid = _grid(shipped_cells, (CPU, K100))
-    baseline = gridlib.parse_baseline("old/grid.json", gridlib.render_json(old_grid))
+    baseline = reports.parse_baseline("old/grid.json", gridlib.render_json(old_grid))
     data = json.loads((FIXTURES / K100).read_text())
     data["checks"] = [c for c in data["checks"] if c["name"] != "L6.golden"]
-    row = gridlib.parse_report("k100.json", json.dumps(data))
+    row = reports.parse_report("k100.json", json.dumps(data))
     # The CPU image has no report this time: its row is not run, every check vanished.
-    new = gridlib.compare(gridlib.build_grid([row], shipped_cells), baseline,
+    new = reports.compare(reports.build_grid([row], shipped_cells), baseline,
                           source="old", threshold=0.1)
     worse = {(c.row, c.name): c for c in new.regressions}
     assert worse[(f"{K100_CELL}/enhanced", "L6.golden")].detail == "pass -> missing"
@@ -273,9 +274,9 @@ def test_vanished_checks_and_rows_are_regressions(shipped_cells):
 
 
 def test_improvements_are_marked_but_do_not_fail(shipped_cells):
-    old = gridlib.parse_baseline("old", gridlib.render_json(_grid(shipped_cells, (K100,))))
+    old = reports.parse_baseline("old", gridlib.render_json(_grid(shipped_cells, (K100,))))
     old[f"{K100_CELL}/enhanced"]["numbers"]["flash_speedup"] = 10.0
-    new = gridlib.compare(_grid(shipped_cells, (K100,)), old, source="old", threshold=0.1)
+    new = reports.compare(_grid(shipped_cells, (K100,)), old, source="old", threshold=0.1)
     change = next(c for c in new.changes if c.name == "flash_speedup")
     assert not change.worse and change.detail.startswith("10 -> 23.14 (+131.4%")
     assert new.regressions == ()
@@ -294,16 +295,16 @@ def test_baseline_that_is_not_a_grid_is_rejected(tmp_path):
 
 def test_grid_from_docs_evidence_reports(shipped_cells):
     evidence = sorted((ROOT / "docs" / "evidence").rglob("*.json"))
-    reports = []
+    rows = []
     for path in evidence:
         text = path.read_text(encoding="utf-8")
         if '"stackpin.verify/v1"' in text:
-            reports.append(gridlib.parse_report(str(path), text))
-    if not reports:
+            rows.append(reports.parse_report(str(path), text))
+    if not rows:
         pytest.skip("docs/evidence/ holds no verification report yet")
-    grid = gridlib.build_grid(reports, shipped_cells)
+    grid = reports.build_grid(rows, shipped_cells)
     outputs = gridlib.render_all(grid)
-    for row in reports:
+    for row in rows:
         assert row.label.split(" @ ")[0] in outputs["grid.md"]
     ET.fromstring(outputs["grid.xml"])
 

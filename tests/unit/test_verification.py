@@ -12,7 +12,8 @@ from tests.conftest import CPU_CELL, K100_CELL
 
 from stackpin.cli.main import cli
 from stackpin.errors import VerificationError
-from stackpin.verification import diff_reports, is_regression, read_report, verify_request
+from stackpin.reports import diff_reports, is_regression, read_report
+from stackpin.verification import verify_request
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reports"
 
@@ -85,7 +86,7 @@ def test_removed_check_is_a_regression():
 def test_read_report_rejects_other_json(tmp_path: Path):
     path = tmp_path / "x.json"
     path.write_text(json.dumps({"schema": "something/v9"}))
-    with pytest.raises(VerificationError, match="not a stackpin report"):
+    with pytest.raises(VerificationError, match="not a stackpin verification report"):
         read_report(path)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from stackpin import grid as gridlib
+from stackpin import reports as reportlib
 from stackpin.cli.common import project_root
 from stackpin.errors import ConfigurationError, VerificationError
 from stackpin.lock import write_text_atomic
@@ -19,14 +20,6 @@ def _report_files(paths: tuple[Path, ...]) -> list[Path]:
     for path in paths:
         files += sorted(path.rglob("*.json")) if path.is_dir() else [path]
     return files
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        msg = f"{path}: cannot be read ({exc.__class__.__name__}); pass a report JSON file"
-        raise VerificationError(msg) from None
 
 
 def _cells(folder: Path | None) -> dict[str, Cell]:
@@ -69,12 +62,12 @@ def grid(reports: tuple[Path, ...], out_dir: Path, baseline: Path | None, thresh
     with no report is 'not run'. With --baseline, exits 6 when anything regressed.
     """
     # No report at all (every cell failed before verify) still gives a grid: all 'not run'.
-    rows = [gridlib.parse_report(str(p), _read(p)) for p in _report_files(reports)]
-    result = gridlib.build_grid(rows, _cells(cells_from))
+    rows = [reportlib.parse_report(str(p), reportlib.read_text(p)) for p in _report_files(reports)]
+    result = reportlib.build_grid(rows, _cells(cells_from))
     if baseline is not None:
         old_path = baseline / "grid.json"
-        old = gridlib.parse_baseline(str(old_path), _read(old_path))
-        result = gridlib.compare(result, old, source=str(baseline), threshold=threshold)
+        old = reportlib.parse_baseline(str(old_path), reportlib.read_text(old_path))
+        result = reportlib.compare(result, old, source=str(baseline), threshold=threshold)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in gridlib.render_all(result).items():
         write_text_atomic(out_dir / name, text)

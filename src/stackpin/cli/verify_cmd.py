@@ -21,13 +21,8 @@ from stackpin.errors import ConfigurationError, HostEnvironmentError, Verificati
 from stackpin.lock import read_lock
 from stackpin.matrix import VARIANTS, Cell
 from stackpin.render import image_tags
-from stackpin.verification import (
-    diff_reports,
-    is_regression,
-    read_report,
-    report_dir,
-    verify_request,
-)
+from stackpin.reports import diff_reports, is_regression, read_report, report_dir
+from stackpin.verification import verify_request
 
 SUITE_TIMEOUT_S = 1800
 
