@@ -25,10 +25,16 @@ from test_bundle_fakes import (
     save_archive,
 )
 
-from stackpin import bundle, signing
+from stackpin import signing
+from stackpin.bundle import export as exporting
+from stackpin.bundle import format as bundle_format
+from stackpin.bundle import secrets as bundle_secrets
+from stackpin.bundle import stream as streaming
+from stackpin.bundle import verify as verifying
 from stackpin.errors import BundleError
 from stackpin.matrix import RunFlags
 from stackpin.render import base_reference
+from stackpin.wheelhouse import sha256_file
 
 
 def _files(folder: Path) -> list[str]:
@@ -54,15 +60,15 @@ def test_export_writes_the_layout_and_a_manifest_covering_every_file(tmp_path, s
     listed = {f["path"] for f in manifest["files"]}
     assert listed == set(files) - {"manifest.json", "manifest.sig"}
     assert manifest["created"] == "2025-01-01T00:00:00Z"
-    assert manifest["format_version"] == bundle.FORMAT_VERSION
+    assert manifest["format_version"] == bundle_format.FORMAT_VERSION
     assert manifest["inputs"]["locks"] == {CPU_CELL: cpu_selection(shipped_cells).lock.digest}
     image = manifest["images"][0]
     assert (image["profile"], image["port"], image["platform"]) == ("stable", 18888, "cpu")
     assert image["labels"]["io.stackpin.cell"] == CPU_CELL
-    assert (out / "manifest.json").read_bytes() == bundle.manifest_bytes(manifest)
+    assert (out / "manifest.json").read_bytes() == bundle_format.manifest_bytes(manifest)
     assert os.access(out / "bin" / "load.sh", os.X_OK)
     assert not os.access(out / "README.md", os.X_OK)
-    verified = bundle.verify(out, pubkey=public)
+    verified = verifying.verify(out, pubkey=public)
     assert verified.signature == "verified"
     assert verified.files == len(listed)
 
@@ -73,7 +79,7 @@ def test_images_file_is_the_save_stream_compressed_and_hashed_in_one_pass(tmp_pa
     raw = zstandard.ZstdDecompressor().decompressobj().decompress(
         (result.out_dir / "images.tar.zst").read_bytes())
     assert len(raw) == result.stream.tar_bytes
-    assert bundle.sha256_file(result.out_dir / "images.tar.zst") == result.stream.sha256
+    assert sha256_file(result.out_dir / "images.tar.zst") == result.stream.sha256
     # One save request for every tag of the selection: shared layers stored once.
     assert [r.images for r in engine.saved] == [tuple(sorted(result.images[0].tags))]
     with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
@@ -146,7 +152,7 @@ def test_save_manifest_order_from_the_daemon_does_not_reach_the_bundle():
     for reverse in (False, True):
         sink = io.BytesIO()
         chunks = [save_archive(images, reverse=reverse, layer_bytes=4096)]
-        bundle.normalize_save_stream(chunks, sink)
+        streaming.normalize_save_stream(chunks, sink)
         outputs.append(sink.getvalue())
     assert outputs[0] == outputs[1]
     with tarfile.open(fileobj=io.BytesIO(outputs[0])) as tar:
@@ -159,7 +165,7 @@ def test_an_existing_bundle_is_kept_unless_forced(tmp_path, shipped_cells):
     with pytest.raises(BundleError, match="exists: choose another -o or pass --force"):
         export_cpu(tmp_path, shipped_cells)
     result, public = export_cpu(tmp_path, shipped_cells, force=True)
-    assert bundle.verify(result.out_dir, pubkey=public).signature == "verified"
+    assert verifying.verify(result.out_dir, pubkey=public).signature == "verified"
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["bundle"]
 
 
@@ -176,7 +182,7 @@ def test_an_interrupted_export_leaves_nothing_and_a_rerun_succeeds(tmp_path, shi
     engine.interrupt_after = None
     result, public = export_cpu(tmp_path, shipped_cells, engine=engine)
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["bundle"]
-    bundle.verify(result.out_dir, pubkey=public)
+    verifying.verify(result.out_dir, pubkey=public)
 
 
 def test_export_refuses_a_missing_image_or_one_built_from_another_lock(tmp_path, shipped_cells):
@@ -226,18 +232,18 @@ def test_export_refuses_secrets_in_bundle_files_and_leaves_nothing(tmp_path, shi
 
 
 def test_ordinary_names_are_not_secrets():
-    assert bundle.find_secret(b"TOKENIZERS_PARALLELISM=false\nHF_HUB_OFFLINE=1\n") is None
-    assert bundle.find_secret(b"pip install --hash=sha256:" + b"a" * 64) is None
-    assert bundle.find_secret(b"secretstorage==3.3.3 keyring==25.0") is None
+    assert bundle_secrets.find_secret(b"TOKENIZERS_PARALLELISM=false\nHF_HUB_OFFLINE=1\n") is None
+    assert bundle_secrets.find_secret(b"pip install --hash=sha256:" + b"a" * 64) is None
+    assert bundle_secrets.find_secret(b"secretstorage==3.3.3 keyring==25.0") is None
 
 
 # --- pure pieces --------------------------------------------------------------------------
 
 
 def test_profiles_are_variants_and_several_cells_get_their_own_names_and_ports():
-    assert bundle.assign_profiles([("c", "stable"), ("c", "enhanced")]) == [
+    assert bundle_format.assign_profiles([("c", "stable"), ("c", "enhanced")]) == [
         ("stable", 18888), ("enhanced", 18887)]
-    assert bundle.assign_profiles([("a", "stable"), ("b", "stable"), ("b", "enhanced")]) == [
+    assert bundle_format.assign_profiles([("a", "stable"), ("b", "stable"), ("b", "enhanced")]) == [
         ("a.stable", 18888), ("b.stable", 18886), ("enhanced", 18885)]
 
 
@@ -245,18 +251,18 @@ def test_dtk_run_flags_reach_the_profile_as_docker_options(shipped_cells):
     dtk = next(c for c in shipped_cells.values() if c.platform == "dtk")
     flags = RunFlags(devices=("/dev/kfd", "/dev/dri", "/dev/mkfd"), group_add=("video",),
                      volumes=("/opt/hyhal:/opt/hyhal:ro",), shm_size="32g")
-    args = bundle.docker_run_args(bundle.run_flags_json(flags))
+    args = exporting.docker_run_args(bundle_format.run_flags_json(flags))
     assert args == ["--device=/dev/kfd", "--device=/dev/dri", "--device=/dev/mkfd",
                     "--group-add=video", "--volume=/opt/hyhal:/opt/hyhal:ro", "--shm-size=32g"]
-    image = bundle.BundleImage(
+    image = bundle_format.BundleImage(
         cell=dtk.id, variant="enhanced", profile="enhanced", port=18887, platform="dtk",
         cpu_arch="x86_64", arch=("gfx928",), id="sha256:" + "1" * 64, tags=("s/x:enhanced-1",),
-        labels={}, run=bundle.run_flags_json(flags), size=1)
-    conf = bundle.profile_conf(image)
+        labels={}, run=bundle_format.run_flags_json(flags), size=1)
+    conf = exporting.profile_conf(image)
     assert "PROFILE_RUN_ARGS=(--device=/dev/kfd --device=/dev/dri --device=/dev/mkfd" in conf
     assert "PROFILE_PORT=18887\n" in conf
-    stats = bundle.StreamStats(tar_bytes=10, bytes=5, sha256="0" * 64)
-    conf = bundle.bundle_conf([image], stats)
+    stats = bundle_format.StreamStats(tar_bytes=10, bytes=5, sha256="0" * 64)
+    conf = exporting.bundle_conf([image], stats)
     assert "BUNDLE_DEVICES=(/dev/dri /dev/kfd /dev/mkfd)\n" in conf
     assert "BUNDLE_HOST_PATHS=(/opt/hyhal)\n" in conf
     assert "BUNDLE_SHM_SIZES=(32g)\n" in conf
@@ -264,12 +270,12 @@ def test_dtk_run_flags_reach_the_profile_as_docker_options(shipped_cells):
 
 
 def test_shell_data_is_quoted(shipped_cells):
-    assert bundle.shell_assign("X", ["a b", "$(rm -rf /)"]) == "X=('a b' '$(rm -rf /)')\n"
+    assert exporting.shell_assign("X", ["a b", "$(rm -rf /)"]) == "X=('a b' '$(rm -rf /)')\n"
 
 
 def test_created_is_the_newest_source_date_epoch(shipped_cells):
     selection = cpu_selection(shipped_cells)
-    assert bundle.created_epoch([selection]) == EPOCH
+    assert bundle_format.created_epoch([selection]) == EPOCH
 
 
 def test_the_save_stream_passes_through_byte_for_byte_but_its_manifest():
@@ -284,7 +290,7 @@ def test_the_save_stream_passes_through_byte_for_byte_but_its_manifest():
             tar.addfile(info, io.BytesIO(body))
     original = buffer.getvalue()
     sink = io.BytesIO()
-    bundle.normalize_save_stream([original[i:i + 1000] for i in range(0, len(original), 1000)],
+    streaming.normalize_save_stream([original[i:i + 1000] for i in range(0, len(original), 1000)],
                                  sink)
     out = sink.getvalue()
     with tarfile.open(fileobj=io.BytesIO(out)) as tar:  # checksums valid, sizes right
@@ -298,4 +304,4 @@ def test_the_save_stream_passes_through_byte_for_byte_but_its_manifest():
 def test_a_save_stream_cut_short_is_an_error():
     data = save_archive([("sha256:" + "a" * 64, ("x:1",))], layer_bytes=4096)
     with pytest.raises(BundleError, match="ended the save stream early"):
-        bundle.normalize_save_stream([data[:3000]], io.BytesIO())
+        streaming.normalize_save_stream([data[:3000]], io.BytesIO())

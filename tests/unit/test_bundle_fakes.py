@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stackpin import bundle, signing
+from stackpin import signing
+from stackpin.bundle import export as exporting
+from stackpin.bundle import format as bundle_format
 from stackpin.engine import ImageInfo, LoadResult, RunRequest, RunResult, SaveRequest
 from stackpin.lock import read_lock
 from stackpin.matrix import Cell
@@ -139,10 +141,10 @@ def project(tmp_path: Path, *, report: bytes | None = b'{"summary": "ok"}\n') ->
     return root
 
 
-def cpu_selection(cells: dict[str, Cell]) -> bundle.Selection:
+def cpu_selection(cells: dict[str, Cell]) -> bundle_format.Selection:
     lock = read_lock(ROOT, CPU_CELL)
     assert lock is not None
-    return bundle.Selection(cell=cells[CPU_CELL], variant="stable", lock=lock)
+    return bundle_format.Selection(cell=cells[CPU_CELL], variant="stable", lock=lock)
 
 
 BASE_ID = "sha256:" + "ba5e" * 16
@@ -165,14 +167,14 @@ def engine_with_cpu(cells: dict[str, Cell], **image_options: object) -> FakeEngi
 
 def export_cpu(tmp_path: Path, cells: dict[str, Cell], *, name: str = "bundle",
                sign: bool = True, engine: FakeEngine | None = None, **options: object
-               ) -> tuple[bundle.ExportResult, Path | None]:
+               ) -> tuple[exporting.ExportResult, Path | None]:
     keys = tmp_path / "keys"
     if sign and not (keys / "stackpin.key").exists():
         signing.generate(keys)
     public = keys / "stackpin.pub" if sign else None
     root = tmp_path / "project" if (tmp_path / "project").exists() else project(tmp_path)
-    request = bundle.ExportRequest(
+    request = bundle_format.ExportRequest(
         selections=(cpu_selection(cells),), out_dir=tmp_path / "out" / name, root=root,
         sign_key=keys / "stackpin.key" if sign else None, **options,  # type: ignore[arg-type]
     )
-    return bundle.export(engine or engine_with_cpu(cells), request), public
+    return exporting.export(engine or engine_with_cpu(cells), request), public

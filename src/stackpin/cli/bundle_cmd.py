@@ -9,7 +9,10 @@ from types import FrameType
 
 import click
 
-from stackpin import bundle
+from stackpin.bundle import export as exporting
+from stackpin.bundle import format as bundle_format
+from stackpin.bundle import load as loading
+from stackpin.bundle import verify as verifying
 from stackpin.cli.common import (
     DEFAULT_CELL,
     cell_by_id,
@@ -28,7 +31,8 @@ _PUBKEY = click.option("--pubkey", type=click.Path(exists=True, dir_okay=False, 
                        help="stackpin.pub of the signer: the signature must then verify.")
 
 
-def selections(cell_ids: tuple[str, ...], variant: str, root: Path) -> tuple[bundle.Selection, ...]:
+def selections(cell_ids: tuple[str, ...], variant: str,
+               root: Path) -> tuple[bundle_format.Selection, ...]:
     chosen = []
     for cell_id in dict.fromkeys(cell_ids or (DEFAULT_CELL,)):
         cell = cell_by_id(cell_id, root)
@@ -39,7 +43,7 @@ def selections(cell_ids: tuple[str, ...], variant: str, root: Path) -> tuple[bun
         if reason := stale_reason(lock, cell):
             msg = f"{cell.id}: lock is stale ({reason}); fetch, rebuild, then export"
             raise ValidationError(msg)
-        chosen += [bundle.Selection(cell=cell, variant=v, lock=lock)
+        chosen += [bundle_format.Selection(cell=cell, variant=v, lock=lock)
                    for v in selected_variants(cell, variant)]
     return tuple(chosen)
 
@@ -79,7 +83,7 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
     nothing at OUT.
     """
     root = project_root()
-    request = bundle.ExportRequest(
+    request = bundle_format.ExportRequest(
         selections=selections(cell_ids, variant, root), out_dir=out_dir.absolute(), root=root,
         archive=archive, sign_key=sign_key, with_wheels=with_wheels, force=force,
     )
@@ -87,7 +91,7 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
     started = time.monotonic()
     try:
         with Engine.connect() as engine:
-            result = bundle.export(engine, request, on_line=_echo)
+            result = exporting.export(engine, request, on_line=_echo)
     finally:
         signal.signal(signal.SIGTERM, previous)
     seconds = round(time.monotonic() - started, 2)
@@ -118,7 +122,7 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
 @json_option
 def inspect(source: Path, as_json: bool) -> None:
     """Show a bundle's manifest (images, inputs, files) without checking the files."""
-    manifest = bundle.read_manifest(source)
+    manifest = verifying.read_manifest(source)
     if as_json:
         echo_json(manifest)
         return
@@ -138,7 +142,7 @@ def inspect(source: Path, as_json: bool) -> None:
 @json_option
 def verify(source: Path, pubkey: Path | None, as_json: bool) -> None:
     """Check every file, the file list and (with --pubkey) the signature; never extracts."""
-    result = bundle.verify(source, pubkey=pubkey)
+    result = verifying.verify(source, pubkey=pubkey)
     if as_json:
         echo_json({"ok": True, **result.to_json()})
         return
@@ -153,7 +157,7 @@ def verify(source: Path, pubkey: Path | None, as_json: bool) -> None:
 def load(source: Path, pubkey: Path | None, as_json: bool) -> None:
     """Verify the bundle completely, then load its images and confirm their IDs."""
     with Engine.connect() as engine:
-        report = bundle.load(engine, source, pubkey=pubkey, on_line=_echo)
+        report = loading.load(engine, source, pubkey=pubkey, on_line=_echo)
     if as_json:
         echo_json({"ok": True, **report.verified.to_json(), "loaded": list(report.image_ids)})
         return
