@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Prepare this host for stackpin: OS tools (Docker engine, mmdebstrap, zstd, jq), a
-# running Docker daemon, and the project's virtual environment with stackpin installed.
+# Prepare this host for stackpin: OS tools (Docker engine, mmdebstrap, zstd, jq; for the
+# tests shellcheck, chromium and chromedriver), a running Docker daemon, and the project's
+# virtual environment with stackpin installed.
 # Safe to run again: each step is skipped when already done. One line per step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,10 @@ command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
+# The tests use these; under CI=true a test whose tool is missing fails (tests/tools.py).
+command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if ((${#need_apt[@]})); then
     if [ "$(id -u)" != 0 ]; then
         say "missing ${need_apt[*]}: install them (sudo apt-get install -y ${need_apt[*]}) and rerun"
@@ -21,7 +26,7 @@ if ((${#need_apt[@]})); then
     apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 else
-    say "docker, mmdebstrap, zstd, jq present"
+    say "docker, mmdebstrap, zstd, jq, shellcheck, chromium, chromedriver present"
 fi
 
 if docker info >/dev/null 2>&1; then

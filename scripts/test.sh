@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 export STACKPIN_REQUIRE_DOCKER=${STACKPIN_REQUIRE_DOCKER:-1}
 
 .venv/bin/ruff check src tests verify || exit 1
-.venv/bin/mypy src/stackpin || exit 1
+.venv/bin/mypy || exit 1  # files: pyproject.toml (src/stackpin and verify/)
 .venv/bin/pytest "$@"
 rc=$?
 # pytest exits 5 when it collected no test: that is a broken suite, not a pass.

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import stat
 import subprocess
@@ -18,15 +17,23 @@ from pathlib import Path
 
 import pytest
 from test_bundle_fakes import ROOT, export_cpu
+from tests.tools import need_tool
 
 from stackpin.bundle import format as bundle_format
 from stackpin.wheelhouse import sha256_file
 
-pytestmark = pytest.mark.skipif(
-    not all(shutil.which(t) for t in ("bash", "zstd", "sha256sum")),
-    reason="the site scripts need bash, zstd and sha256sum",
-)
-needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="no openssl")
+
+@pytest.fixture(autouse=True)
+def _site_tools() -> None:
+    """The site scripts need bash, zstd and sha256sum."""
+    for tool in ("bash", "zstd", "sha256sum"):
+        need_tool(tool)
+
+
+@pytest.fixture
+def needs_openssl() -> None:
+    need_tool("openssl")
+
 
 SHIM = """#!/bin/bash
 printf '%s\\n' "$*" >> "$SHIM_LOG"
@@ -64,7 +71,7 @@ def _calls(log: Path) -> list[str]:
     return log.read_text().splitlines()
 
 
-@needs_openssl
+@pytest.mark.usefixtures("needs_openssl")
 def test_load_verifies_then_loads_and_confirms_every_image(site):
     out, public, env, log = site
     done = _run(out, "load.sh", "--pubkey", str(public), env=env)
@@ -107,7 +114,7 @@ TAMPERING = {
 }
 
 
-@needs_openssl
+@pytest.mark.usefixtures("needs_openssl")
 @pytest.mark.parametrize("case", sorted(TAMPERING))
 def test_load_refuses_tampering_before_docker_is_called(site, case):
     out, public, env, log = site
@@ -213,8 +220,7 @@ def test_scripts_are_executable_and_shellcheck_clean():
     for path in scripts:
         if path.name != "lib.sh":
             assert path.stat().st_mode & stat.S_IXUSR, path
-    if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed")
-    done = subprocess.run(["shellcheck", "-x", *map(str, scripts)], capture_output=True,
+    shellcheck = need_tool("shellcheck")
+    done = subprocess.run([shellcheck, "-x", *map(str, scripts)], capture_output=True,
                           text=True, cwd=ROOT / "bundle" / "bin")
     assert done.returncode == 0, done.stdout

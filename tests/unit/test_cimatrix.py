@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 from click.testing import CliRunner
 from tests.conftest import CPU_CELL, K100_CELL, ROOT
+from tests.tools import need_docker_plugin, need_module, need_tool
 
 from stackpin import cimatrix
 from stackpin.cli.main import cli
@@ -71,9 +71,7 @@ def test_every_declared_cell_variant_is_a_job_by_default(shipped_cells):
 
 
 def _run_jq(text: str, expr: str) -> str:
-    jq = shutil.which("jq")
-    if jq is None:
-        pytest.skip("jq is not installed on this machine")
+    jq = need_tool("jq")
     done = subprocess.run([jq, "-e", expr], input=text, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -172,7 +170,7 @@ def test_cli_errors_exit_with_the_configuration_code():
 
 
 def test_gitlab_block_parses_as_parallel_matrix_of_strings(shipped_cells):
-    yaml = pytest.importorskip("yaml")
+    yaml = need_module("yaml")
     text = cimatrix.render_gitlab(_plan(shipped_cells, runner_kinds=("cpu", "dtk")))
     data = yaml.safe_load(text)
     entries = data["parallel"]["matrix"]
@@ -296,12 +294,7 @@ def test_hcl_strings_never_interpolate_and_names_are_bake_safe():
 
 
 def test_bake_file_passes_buildx_print_where_buildx_exists(shipped_cells, tmp_path):
-    docker = shutil.which("docker")
-    has_buildx = docker and subprocess.run(
-        [docker, "buildx", "version"], capture_output=True, check=False
-    ).returncode == 0
-    if not has_buildx:
-        pytest.skip("docker buildx is not installed; test_bake_file_structure checks the HCL")
+    docker = need_docker_plugin("buildx")
     bake_file = tmp_path / "docker-bake.hcl"
     bake_file.write_text(cimatrix.render_bake(_plan(shipped_cells), lock_digests={}))
     done = subprocess.run(
@@ -316,7 +309,7 @@ def test_bake_file_passes_buildx_print_where_buildx_exists(shipped_cells, tmp_pa
 
 def test_sample_workflow_consumes_the_github_output():
     workflow = (ROOT / "docs" / "ci" / "github-workflow.yml").read_text(encoding="utf-8")
-    yaml = pytest.importorskip("yaml")
+    yaml = need_module("yaml")
     data = yaml.safe_load(workflow)
     jobs = data["jobs"]
     assert "stackpin ci matrix --format github" in workflow

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from tests.conftest import CPU_CELL, K100_CELL, ROOT
+from tests.tools import need_tool
 
 from stackpin import grid as gridlib
 from stackpin import reports
@@ -313,22 +314,8 @@ def test_grid_from_docs_evidence_reports(shipped_cells):
 
 
 def _chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    # CI starts from a fresh Debian machine: install Debian's chromium once (a fresh
-    # machine may have no package lists yet, hence the update on a first failure).
-    install = ["apt-get", "install", "-y", "chromium"]
-    done = subprocess.run(install, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        subprocess.run(["apt-get", "update"], capture_output=True, check=False)
-        done = subprocess.run(install, capture_output=True, text=True, check=False)
-    found = shutil.which("chromium")
-    if done.returncode != 0 or found is None:
-        pytest.skip(f"chromium missing and 'apt-get install -y chromium' failed: "
-                    f"{done.stderr.strip()[-200:]}")
-    return found
+    # scripts/setup-host.sh installs Debian's chromium.
+    return need_tool("chromium", "chromium-browser", "google-chrome")
 
 
 def _browser(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:

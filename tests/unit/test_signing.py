@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 import stat
 import subprocess
 
 import pytest
+from tests.tools import need_tool
 
 from stackpin import signing
 from stackpin.errors import BundleError
@@ -57,8 +57,8 @@ def test_a_key_of_another_kind_is_refused(tmp_path):
         signing.load_public(path)
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
 def test_openssl_verifies_what_stackpin_signs(tmp_path):
+    need_tool("openssl")
     pair = signing.generate(tmp_path)
     data = tmp_path / "manifest.json"
     data.write_bytes(b'{"a": 1}\n')

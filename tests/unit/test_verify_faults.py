@@ -7,15 +7,15 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-import pytest
 import torch
 import verify_helpers
+from tests.tools import need_module
 
 from stackpin_verify import level0, level3, level5, level6, tinylm, training
 from stackpin_verify.checks import run_check
 
-pytest.importorskip("transformers")
-pytest.importorskip("peft")
+need_module("transformers")
+need_module("peft")
 
 
 # --- numpy 2 where the image forbids it -------------------------------------------------

@@ -7,6 +7,7 @@ import sys
 import pytest
 import torch
 import verify_helpers
+from tests.tools import need_module
 
 from stackpin_verify import level1, level5, level6, level7
 from stackpin_verify.attention import compare_attention, make_qkv, math_attention, sdpa
@@ -185,7 +186,7 @@ def test_torchrun_timeout_kills_the_process_group():
 
 @pytest.fixture(scope="module")
 def trained() -> tuple[list[CheckResult], list[CheckResult]]:
-    pytest.importorskip("peft")
+    need_module("peft")
     ctx = verify_helpers.cpu_context()
     return level5.run(ctx), level6.run(ctx)
 
