@@ -16,6 +16,7 @@ from test_bundle_fakes import (
     BASE_ID,
     CPU_CELL,
     EPOCH,
+    STUDIO_NOTICE,
     FakeEngine,
     cpu_selection,
     engine_with_cpu,
@@ -25,7 +26,7 @@ from test_bundle_fakes import (
     save_archive,
 )
 
-from stackpin import signing
+from stackpin import sbom, signing
 from stackpin.bundle import export as exporting
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import secrets as bundle_secrets
@@ -54,7 +55,7 @@ def test_export_writes_the_layout_and_a_manifest_covering_every_file(tmp_path, s
         "bin/preflight.sh", "bin/start.sh", "bin/stop.sh", "bin/verify.sh",
         f"dockerfiles/{CPU_CELL}-stable.Dockerfile", f"locks/{CPU_CELL}.lock",
         f"locks/{CPU_CELL}.cell.json", f"sbom/{CPU_CELL}-stable.cdx.json", "reports/cpu.json",
-        f"provenance/{CPU_CELL}.intoto.json",
+        f"provenance/{CPU_CELL}.intoto.json", "licenses/unsloth-studio/LICENSE.AGPL-3.0",
     ])
     manifest = json.loads((out / "manifest.json").read_bytes())
     listed = {f["path"] for f in manifest["files"]}
@@ -118,10 +119,22 @@ def test_the_sbom_is_read_from_the_image_by_a_container_run(tmp_path, shipped_ce
     assert run.image == result.images[0].id
     assert run.network_mode == "none"
     doc = json.loads((result.out_dir / f"sbom/{CPU_CELL}-stable.cdx.json").read_text())
-    assert doc["specVersion"] == "1.5"
+    assert doc["specVersion"] == "1.6"
+    assert sbom.schema_errors((result.out_dir / f"sbom/{CPU_CELL}-stable.cdx.json").read_bytes()) is None
     purls = [c["purl"] for c in doc["components"]]
     assert "pkg:pypi/torch@2.13.0%2Bcpu" in purls
     assert "pkg:deb/debian/python3@3.11.2-1%2Bb1?arch=amd64" in purls
+
+
+def test_studio_s_agpl_notice_is_shipped_and_recorded_in_the_sbom(tmp_path, shipped_cells):
+    result, _ = export_cpu(tmp_path, shipped_cells)
+    notice = result.out_dir / "licenses/unsloth-studio/LICENSE.AGPL-3.0"
+    assert notice.read_text() == STUDIO_NOTICE  # the image's own file, as the probe read it
+    doc = json.loads((result.out_dir / f"sbom/{CPU_CELL}-stable.cdx.json").read_text())
+    (studio,) = [c for c in doc["components"] if c["name"] == "unsloth-studio"]
+    assert studio["licenses"] == [{"expression": "AGPL-3.0-only"}]
+    assert studio["purl"] == "pkg:pypi/unsloth@2026.10.9#studio"
+    assert {"name": "io.stackpin:notice", "value": "licenses/unsloth-studio/LICENSE.AGPL-3.0"} in studio["properties"]
 
 
 def test_two_exports_are_byte_identical_whatever_the_thread_count(tmp_path, shipped_cells):

@@ -25,12 +25,16 @@ from stackpin.render import base_reference, image_tags
 ROOT = Path(__file__).resolve().parents[2]
 CPU_CELL = "cpu-bookworm-torch2130-py311"
 EPOCH = 1735689600
+STUDIO_NOTICE = "GNU AFFERO GENERAL PUBLIC LICENSE\nVersion 3, 19 November 2007\n"
 
 PROBE_OUTPUT = json.dumps({
     "os": {"id": "debian", "version_id": "12"},
     "python": "3.11.2",
     "debs": [["python3", "3.11.2-1+b1", "amd64"], ["bash", "5.2.15-2+b2", "amd64"]],
-    "dists": [["torch", "2.13.0+cpu"], ["numpy", "1.26.4"], ["Jinja2", "3.1.4"]],
+    "dists": [["torch", "2.13.0+cpu", "expression", "BSD-3-Clause"],
+              ["numpy", "1.26.4", "name", "BSD License"], ["Jinja2", "3.1.4", "", ""],
+              ["unsloth", "2026.10.9", "expression", "Apache-2.0"]],
+    "notices": [["unsloth", "studio/LICENSE.AGPL-3.0", STUDIO_NOTICE]],
 })
 
 

@@ -255,8 +255,14 @@ def write_sboms(engine: Engine, staging: Path, images: Sequence[BundleImage],
             raise BundleError(msg)
         inventory = sbom.parse_probe(result.stdout, image=image.tags[0])
         subject = sbom.Subject(image_id=image.id, tag=image.tags[0], created=created)
-        _put(staging, f"sbom/{image.name}.cdx.json",
-             sbom.sbom_bytes(sbom.cyclonedx(inventory, subject)))
+        document = sbom.sbom_bytes(sbom.cyclonedx(inventory, subject))
+        problem = sbom.schema_errors(document)
+        if problem is not None:  # a library or probe regression: never ship an invalid SBOM
+            msg = f"the SBOM of {image.tags[0]} is not valid CycloneDX: {problem[:300]}"
+            raise BundleError(msg)
+        _put(staging, f"sbom/{image.name}.cdx.json", document)
+        for notice in inventory.notices:  # licence texts the image's own files carry
+            _put(staging, notice.bundle_path, notice.text.encode())
 
 
 def _dockerfile(request: ExportRequest, selection: Selection) -> str:
