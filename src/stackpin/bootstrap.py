@@ -24,12 +24,12 @@ import shutil
 import subprocess
 import tarfile
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal, Protocol
+from typing import IO, Literal
 
-from stackpin.engine import ImageInfo, LoadResult, digest_matches
+from stackpin.engine import Engine, ImageInfo, digest_matches
 from stackpin.errors import BuildError, ConfigurationError, HostEnvironmentError, ValidationError
 from stackpin.matrix import Cell
 from stackpin.wheelhouse import sha256_file
@@ -95,18 +95,6 @@ class ResolvedBase:
     reference: str
     image_id: str
     origin: Literal["bootstrap", "local", "tar", "pull"]
-
-
-class BaseEngine(Protocol):
-    """The part of ``stackpin.engine.Engine`` that base resolution needs."""
-
-    def image_info(self, reference: str) -> ImageInfo | None: ...
-
-    def load(self, source: Path | IO[bytes] | Iterable[bytes]) -> LoadResult: ...
-
-    def pull(self, reference: str) -> ImageInfo: ...
-
-    def tag(self, image: str, reference: str) -> None: ...
 
 
 # --- pure: request, argv, digest, image config ------------------------------------------
@@ -232,7 +220,7 @@ def _describe(req: BootstrapRequest) -> str:
 
 
 def bootstrap_image(
-    engine: BaseEngine,
+    engine: Engine,
     req: BootstrapRequest,
     *,
     cache_dir: Path,
@@ -309,7 +297,7 @@ def _run_to_end(argv: list[str], *, env: dict[str, str], log: IO[str]) -> int:
         raise
 
 
-def load_rootfs(engine: BaseEngine, req: BootstrapRequest, rootfs: Path) -> ImageInfo:
+def load_rootfs(engine: Engine, req: BootstrapRequest, rootfs: Path) -> ImageInfo:
     """Load the cached rootfs as the image ``base_reference(req)``."""
     reference = base_reference(req)
     diff_id = f"sha256:{sha256_file(rootfs)}"
@@ -332,7 +320,7 @@ def load_rootfs(engine: BaseEngine, req: BootstrapRequest, rootfs: Path) -> Imag
 
 
 def ensure_base(
-    engine: BaseEngine,
+    engine: Engine,
     cell: Cell,
     *,
     cache_dir: Path,
@@ -361,7 +349,7 @@ def ensure_base(
     return ResolvedBase(reference=reference, image_id=info.id, origin=origin)
 
 
-def _present(engine: BaseEngine, reference: str) -> ImageInfo:
+def _present(engine: Engine, reference: str) -> ImageInfo:
     info = engine.image_info(reference)
     if info is None:
         msg = f"base {reference} is missing right after it was loaded; see `docker images`"
@@ -369,7 +357,7 @@ def _present(engine: BaseEngine, reference: str) -> ImageInfo:
     return info
 
 
-def _load_base_tar(engine: BaseEngine, cell: Cell, base_tar: Path) -> ImageInfo:
+def _load_base_tar(engine: Engine, cell: Cell, base_tar: Path) -> ImageInfo:
     reference = cell.base.image
     if not base_tar.is_file():
         msg = f"base tar {base_tar} does not exist; pass the `docker save` tar of {reference}"

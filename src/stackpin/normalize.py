@@ -35,9 +35,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
-from stackpin.engine import ImageInfo, LoadResult, SaveRequest, chunk_stream
+from stackpin.engine import Engine, SaveRequest, chunk_stream
 from stackpin.errors import BuildError
 
 # Bump when the rewrite rules change: cached raw -> normalised mappings then go stale.
@@ -380,18 +380,6 @@ def _member(name: str, data: IO[bytes], size: int) -> Iterator[bytes]:
 # --- the engine side -----------------------------------------------------------------
 
 
-class NormalizeEngine(Protocol):
-    """The part of ``stackpin.engine.Engine`` normalisation uses (tests pass a fake)."""
-
-    def image_info(self, reference: str) -> ImageInfo | None: ...
-
-    def save(self, request: SaveRequest) -> Iterator[bytes]: ...
-
-    def load(self, source: Path | IO[bytes] | Iterable[bytes]) -> LoadResult: ...
-
-    def tag(self, image: str, reference: str) -> None: ...
-
-
 @dataclass(frozen=True, kw_only=True)
 class NormalizeRequest:
     image: str  # the built image (ID or reference)
@@ -420,7 +408,7 @@ class NormalizeResult:
 
 
 def normalize_image(
-    engine: NormalizeEngine, request: NormalizeRequest, *, on_line: Callable[[str], None] = _ignore
+    engine: Engine, request: NormalizeRequest, *, on_line: Callable[[str], None] = _ignore
 ) -> NormalizeResult:
     """Save, rewrite, load and tag; see the module docstring."""
     started = time.monotonic()
@@ -533,7 +521,7 @@ def _cache_file(request: NormalizeRequest, source_id: str) -> Path | None:
 
 
 def _cached_result(
-    engine: NormalizeEngine, request: NormalizeRequest, source_id: str
+    engine: Engine, request: NormalizeRequest, source_id: str
 ) -> str | None:
     path = _cache_file(request, source_id)
     if path is None or not path.is_file():

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol
+from typing import IO, Any, Literal
 
 from stackpin.build import BuildPlan, stage
 from stackpin.engine import Engine, SaveRequest, chunk_stream
@@ -305,10 +305,6 @@ def differing_paths(report: RebuildReport) -> list[str]:
 # --- reading images from the daemon --------------------------------------------------
 
 
-class SaveEngine(Protocol):
-    def save(self, request: SaveRequest) -> Iterator[bytes]: ...
-
-
 class _HashingReader:
     """Reads through a file object while hashing (the layer's diff_id)."""
 
@@ -322,7 +318,7 @@ class _HashingReader:
         return data
 
 
-def snapshot_images(engine: SaveEngine, image_ids: Sequence[str]) -> dict[str, ImageSnapshot]:
+def snapshot_images(engine: Engine, image_ids: Sequence[str]) -> dict[str, ImageSnapshot]:
     """Configs and layer summaries of several images from one ``docker save`` stream."""
     configs: dict[str, Mapping[str, Any]] = {}
     layers: dict[str, dict[str, MemberSummary]] = {}

@@ -14,7 +14,7 @@ import pytest
 
 from stackpin.bootstrap import BootstrapRequest, bootstrap_image, bootstrap_request
 from stackpin.cache import cache_dir
-from stackpin.engine import Engine
+from stackpin.engine.docker_api import DockerEngine
 from stackpin.errors import StackpinError
 from stackpin.matrix import Cell
 
@@ -32,9 +32,9 @@ def _unavailable(reason: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def docker_engine() -> Iterator[Engine]:
+def docker_engine() -> Iterator[DockerEngine]:
     try:
-        engine = Engine.connect()
+        engine = DockerEngine.connect()
     except StackpinError as exc:
         _unavailable(exc.message)
     with engine:
@@ -52,7 +52,7 @@ def cpu_bootstrap(shipped_cells: dict[str, Cell]) -> BootstrapRequest:
 
 
 @pytest.fixture(scope="session")
-def cpu_base(docker_engine: Engine, cpu_bootstrap: BootstrapRequest, base_cache_dir: Path) -> str:
+def cpu_base(docker_engine: DockerEngine, cpu_bootstrap: BootstrapRequest, base_cache_dir: Path) -> str:
     """The CPU default's bootstrapped base image reference (built at most once)."""
     try:
         return bootstrap_image(

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from tests.conftest import CPU_CELL, ROOT
 
-from stackpin.engine import Engine, RunRequest
+from stackpin.engine import RunRequest
+from stackpin.engine.docker_api import DockerEngine
 from stackpin.lock import read_lock
 
 pytestmark = pytest.mark.docker
 
 
-def run_in(engine: Engine, image: str, *command: str) -> str:
+def run_in(engine: DockerEngine, image: str, *command: str) -> str:
     result = engine.run_to_completion(
         RunRequest(image=image, command=command, network_mode="none"), timeout_s=600
     )
@@ -28,7 +29,7 @@ def run_in(engine: Engine, image: str, *command: str) -> str:
     return result.stdout
 
 
-def test_image_is_tagged_with_variant_and_lock_digest(cpu_image, docker_engine: Engine):
+def test_image_is_tagged_with_variant_and_lock_digest(cpu_image, docker_engine: DockerEngine):
     lock = read_lock(ROOT, CPU_CELL)
     assert lock is not None
     expected = {f"stackpin/{CPU_CELL}:stable-{lock.digest[:12]}", f"stackpin/{CPU_CELL}:stable"}
@@ -37,7 +38,7 @@ def test_image_is_tagged_with_variant_and_lock_digest(cpu_image, docker_engine: 
     assert expected <= set(info.tags)
 
 
-def test_labels_are_present_and_parse(cpu_image, docker_engine: Engine):
+def test_labels_are_present_and_parse(cpu_image, docker_engine: DockerEngine):
     info = docker_engine.image_info(str(cpu_image["image_id"]))
     assert info is not None
     labels = info.labels
@@ -50,7 +51,7 @@ def test_labels_are_present_and_parse(cpu_image, docker_engine: Engine):
     assert labels["org.opencontainers.image.revision"]
 
 
-def test_pinned_versions_import(cpu_image, docker_engine: Engine):
+def test_pinned_versions_import(cpu_image, docker_engine: DockerEngine):
     out = run_in(
         docker_engine, str(cpu_image["image_id"]), "python", "-c",
         "import torch, transformers, peft, trl, numpy; "
@@ -59,7 +60,7 @@ def test_pinned_versions_import(cpu_image, docker_engine: Engine):
     assert out.split() == ["2.13.0+cpu", "5.17.0", "0.21.0", "1.16.0", "1.26.4"]
 
 
-def test_no_wheel_cache_or_apt_list_in_the_image(cpu_image, docker_engine: Engine):
+def test_no_wheel_cache_or_apt_list_in_the_image(cpu_image, docker_engine: DockerEngine):
     out = run_in(
         docker_engine, str(cpu_image["image_id"]), "bash", "-c",
         # apt keeps an empty lock file and partial/ folder; any list or package is a leak.
@@ -90,7 +91,7 @@ def test_size_is_within_five_percent_of_base_plus_environment(cpu_image):
     assert size <= 1.05 * (base + env)
 
 
-def test_entrypoint_execs_the_command(cpu_image, docker_engine: Engine):
+def test_entrypoint_execs_the_command(cpu_image, docker_engine: DockerEngine):
     assert run_in(docker_engine, str(cpu_image["image_id"]), "echo", "hello").strip() == "hello"
 
 
@@ -134,7 +135,7 @@ def test_failing_step_gives_build_exit_code_step_and_log(project_copy: Path):
     assert "returned a non-zero code" in log.read_text()
 
 
-def test_ctrl_c_during_build_leaves_no_container(project_copy: Path, docker_engine: Engine):
+def test_ctrl_c_during_build_leaves_no_container(project_copy: Path, docker_engine: DockerEngine):
     before = set(subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True,
                                 check=True).stdout.split())
     proc = subprocess.Popen(

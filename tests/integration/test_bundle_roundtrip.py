@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import CPU_CELL, ROOT
 
-from stackpin.engine import Engine
+from stackpin.engine.docker_api import DockerEngine
 
 pytestmark = pytest.mark.docker
 
@@ -50,7 +50,7 @@ def _port() -> int:
     raise AssertionError(msg)
 
 
-def _remove(engine: Engine, image_id: str) -> None:
+def _remove(engine: DockerEngine, image_id: str) -> None:
     info = engine.image_info(image_id)
     for tag in info.tags if info else ():
         engine.remove_image(tag)
@@ -68,7 +68,7 @@ def signed_bundle(cpu_image, tmp_path_factory) -> tuple[Path, Path]:
     return work / "site", work / "keys" / "stackpin.pub"
 
 
-def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, docker_engine: Engine):
+def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, docker_engine: DockerEngine):
     bundle, pubkey = signed_bundle
     manifest = json.loads((bundle / "manifest.json").read_bytes())
     (image,) = manifest["images"]
@@ -117,7 +117,7 @@ def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, docker_engine: 
 
 
 def test_one_flipped_byte_is_refused_with_nothing_loaded(signed_bundle, cpu_image,
-                                                         docker_engine: Engine, tmp_path):
+                                                         docker_engine: DockerEngine, tmp_path):
     good, pubkey = signed_bundle
     bundle = tmp_path / "tampered"
     shutil.copytree(good, bundle)

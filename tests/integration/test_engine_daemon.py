@@ -14,13 +14,7 @@ from dataclasses import replace
 import pytest
 
 from stackpin.bootstrap import base_reference, load_rootfs, rootfs_path
-from stackpin.engine import (
-    BindMount,
-    BuildRequest,
-    ImportRequest,
-    RunRequest,
-    SaveRequest,
-)
+from stackpin.engine import BindMount, BuildRequest, RunRequest, SaveRequest
 from stackpin.errors import BuildError, HostEnvironmentError
 
 pytestmark = pytest.mark.docker
@@ -50,6 +44,15 @@ def cleanup_images(docker_engine):
     yield references
     for reference in references:
         docker_engine.remove_image(reference, force=True)
+
+
+def _stackpin_containers() -> list[str]:
+    # The docker CLI, not the engine under test, is the witness of what is left behind.
+    out = subprocess.run(
+        ["docker", "ps", "-a", "--filter", "name=stackpin-", "--format", "{{.Names}}"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    return sorted(n for n in out.split() if n.startswith("stackpin-"))
 
 
 def _marked_containers(marker: str) -> list[str]:
@@ -90,27 +93,6 @@ def test_base_image_is_dated_by_source_date_epoch_and_reloads_to_the_same_id(
     assert info.cmd == ("/bin/bash",)
     assert info.diff_ids == (f"sha256:{hashlib.sha256(rootfs.read_bytes()).hexdigest()}",)
     assert reloaded.id == info.id
-
-
-def test_import_gives_the_same_layer_as_the_loaded_base(
-    docker_engine, cpu_base, cpu_bootstrap, base_cache_dir, cleanup_images
-):
-    rootfs = rootfs_path(cpu_bootstrap, base_cache_dir)
-    tag = uuid.uuid4().hex[:12]
-    cleanup_images.append(f"stackpin-test/imported:{tag}")
-
-    info = docker_engine.import_image(
-        ImportRequest(
-            tar_path=rootfs,
-            repository="stackpin-test/imported",
-            tag=tag,
-            changes=("ENV LANG=C.UTF-8", 'CMD ["/bin/bash"]'),
-        )
-    )
-
-    assert info.diff_ids == docker_engine.image_info(cpu_base).diff_ids
-    assert "LANG=C.UTF-8" in info.env
-    assert info.cmd == ("/bin/bash",)
 
 
 def test_offline_build_runs_pure_steps_and_counts_cache_hits(
@@ -214,7 +196,7 @@ def test_container_is_removed_when_the_block_raises(docker_engine, cpu_base, int
     def fail_inside() -> None:
         with docker_engine.container(RunRequest(image=cpu_base, command=("sleep", "300"))) as c:
             seen.append(c.name)
-            seen.extend(docker_engine.list_stackpin_containers())
+            seen.extend(_stackpin_containers())
             raise interrupt
 
     with pytest.raises(interrupt):
@@ -222,11 +204,11 @@ def test_container_is_removed_when_the_block_raises(docker_engine, cpu_base, int
 
     assert seen[0].startswith("stackpin-")
     assert seen[0] in seen[1:]  # it existed while the block ran
-    assert seen[0] not in docker_engine.list_stackpin_containers()
+    assert seen[0] not in _stackpin_containers()
 
 
 def test_run_times_out_and_still_cleans_up(docker_engine, cpu_base):
-    before = set(docker_engine.list_stackpin_containers())
+    before = set(_stackpin_containers())
 
     result = docker_engine.run_to_completion(
         RunRequest(image=cpu_base, command=("sh", "-c", "echo waiting; sleep 300")), timeout_s=2
@@ -234,35 +216,33 @@ def test_run_times_out_and_still_cleans_up(docker_engine, cpu_base):
 
     assert (result.timed_out, result.exit_code) == (True, -1)
     assert "waiting" in result.logs
-    assert set(docker_engine.list_stackpin_containers()) <= before
+    assert set(_stackpin_containers()) <= before
 
 
-def test_bind_mount_and_copy_out_return_files(docker_engine, cpu_base, tmp_path):
+def test_a_bind_mount_returns_files(docker_engine, cpu_base, tmp_path):
     reports = tmp_path / "reports"
     reports.mkdir()
     request = RunRequest(
         image=cpu_base,
-        command=("sh", "-c", "echo '{\"ok\": true}' > /reports/r.json; echo inside > /tmp/out.txt"),
+        command=("sh", "-c", "echo '{\"ok\": true}' > /reports/r.json"),
         mounts=(BindMount(source=reports, target="/reports"),),
         network_mode="none",
     )
 
-    with docker_engine.container(request) as running:
-        assert running.wait(60) == 0
-        running.copy_out("/tmp/out.txt", tmp_path / "copied")
+    result = docker_engine.run_to_completion(request, timeout_s=60)
 
+    assert result.exit_code == 0, result.logs
     assert json.loads((reports / "r.json").read_text()) == {"ok": True}
-    assert (tmp_path / "copied" / "out.txt").read_text() == "inside\n"
 
 
 def test_unknown_image_is_refused_with_the_reference(docker_engine):
     missing = f"stackpin-test/missing:{uuid.uuid4().hex[:12]}"
-    before = set(docker_engine.list_stackpin_containers())
+    before = set(_stackpin_containers())
 
     with pytest.raises(HostEnvironmentError, match=f"refused to run {missing}"):
         docker_engine.run_to_completion(RunRequest(image=missing), timeout_s=10)
 
-    assert set(docker_engine.list_stackpin_containers()) <= before
+    assert set(_stackpin_containers()) <= before
 
 
 def test_save_then_load_round_trips_several_tags_in_one_stream(

@@ -11,14 +11,15 @@ import pytest
 import testinfra
 from tests.conftest import CPU_CELL, ROOT
 
-from stackpin.engine import Engine, RunRequest
+from stackpin.engine import RunRequest
+from stackpin.engine.docker_api import DockerEngine
 from stackpin.lock import read_lock
 
 pytestmark = pytest.mark.docker
 
 
 @pytest.fixture(scope="module")
-def host(cpu_image, docker_engine: Engine) -> Iterator[testinfra.host.Host]:
+def host(cpu_image, docker_engine: DockerEngine) -> Iterator[testinfra.host.Host]:
     request = RunRequest(image=str(cpu_image["image_id"]), entrypoint=("sleep",),
                          command=("infinity",), network_mode="none")
     with docker_engine.container(request) as running:
@@ -65,7 +66,7 @@ def test_entrypoint_and_image_json(host):
     assert info["torch"] == "2.13.0+cpu"
 
 
-def test_labels_parse(cpu_image, docker_engine: Engine):
+def test_labels_parse(cpu_image, docker_engine: DockerEngine):
     info = docker_engine.image_info(str(cpu_image["image_id"]))
     assert info is not None
     cell = json.loads(info.labels["io.stackpin.cell-json"])

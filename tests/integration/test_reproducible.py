@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import CPU_CELL, ROOT
 
-from stackpin.engine import Engine
+from stackpin.engine.docker_api import DockerEngine
 from stackpin.lock import read_lock
 from stackpin.normalize import SDE_LABEL
 
@@ -83,7 +83,7 @@ def record_of(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
 
 
 @pytest.fixture
-def tags_put_back(docker_engine: Engine) -> Iterator[None]:
+def tags_put_back(docker_engine: DockerEngine) -> Iterator[None]:
     """The copies build under the CPU default's own tags; give them back afterwards."""
     lock = read_lock(ROOT, CPU_CELL)
     assert lock is not None
@@ -97,7 +97,7 @@ def tags_put_back(docker_engine: Engine) -> Iterator[None]:
 
 
 def test_no_cache_rebuild_elsewhere_gives_the_same_image_id(
-    cpu_image, docker_engine: Engine, tmp_path: Path, tags_put_back: None
+    cpu_image, docker_engine: DockerEngine, tmp_path: Path, tags_put_back: None
 ):
     """`rebuild --check` (a --no-cache build) from another directory, TZ, umask and host."""
     first = snapshot(tmp_path / "checkout-a")
@@ -131,7 +131,7 @@ def test_no_cache_rebuild_elsewhere_gives_the_same_image_id(
 
 
 def test_injected_timestamp_is_caught_and_named(
-    cpu_image, docker_engine: Engine, tmp_path: Path, tags_put_back: None
+    cpu_image, docker_engine: DockerEngine, tmp_path: Path, tags_put_back: None
 ):
     copy = snapshot(tmp_path / "injected")
     template = copy / "templates" / "Dockerfile.j2"

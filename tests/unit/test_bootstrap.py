@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.fake_engine import FakeEngine, archive_members
 
 from stackpin.bootstrap import (
     DIGEST_LABEL,
@@ -27,7 +28,7 @@ from stackpin.bootstrap import (
     request_digest,
     rootfs_path,
 )
-from stackpin.engine import ImageInfo, LoadResult
+from stackpin.engine import ImageInfo, SaveRequest
 from stackpin.errors import BuildError, ConfigurationError, HostEnvironmentError, ValidationError
 from stackpin.matrix import Base, Cell, load_cells
 
@@ -50,42 +51,12 @@ def request_(cpu) -> BootstrapRequest:
     return bootstrap_request(cpu)
 
 
-class FakeEngine:
-    """Keeps loaded images in memory; load() reads the archive as the daemon would."""
-
-    def __init__(self, images: dict[str, ImageInfo] | None = None) -> None:
-        self.images = dict(images or {})
-        self.archives: list[dict[str, bytes]] = []
-        self.tags: list[tuple[str, str]] = []
-        self.pulled: list[str] = []
-        self.load_result = LoadResult(references=(), image_ids=())
-
-    def image_info(self, reference):
-        return self.images.get(reference)
-
-    def load(self, source):
-        if isinstance(source, Path):
-            self.archives.append({"path": str(source).encode()})
-            return self.load_result
-        data = b"".join(source)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
-        self.archives.append(members)
-        manifest = json.loads(members["manifest.json"])[0]
-        config = members[manifest["Config"]]
-        info = _info(f"sha256:{hashlib.sha256(config).hexdigest()}")
-        for ref in manifest["RepoTags"]:
-            self.images[ref] = info
-        return LoadResult(references=tuple(manifest["RepoTags"]), image_ids=(info.id,))
-
-    def pull(self, reference):
-        self.pulled.append(reference)
-        self.images[reference] = _info("sha256:" + "11" * 32)
-        return self.images[reference]
-
-    def tag(self, image, reference):
-        self.tags.append((image, reference))
-        self.images[reference] = next(i for i in self.images.values() if i.id == image)
+def engine_with(images: dict[str, ImageInfo] | None = None) -> FakeEngine:
+    """The shared fake holding ``images`` by reference (their content does not matter)."""
+    engine = FakeEngine()
+    for reference, info in (images or {}).items():
+        engine.put(dataclasses.replace(info, tags=(reference,)))
+    return engine
 
 
 def _info(image_id: str) -> ImageInfo:
@@ -195,13 +166,13 @@ def _cache_rootfs(req: BootstrapRequest, cache_dir: Path) -> bytes:
 def test_cached_rootfs_is_loaded_without_mmdebstrap(request_, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))  # mmdebstrap cannot be found
     rootfs = _cache_rootfs(request_, tmp_path / "cache")
-    engine = FakeEngine()
+    engine = engine_with()
     lines: list[str] = []
 
     reference = bootstrap_image(engine, request_, cache_dir=tmp_path / "cache", on_line=lines.append)
 
     assert reference == base_reference(request_)
-    archive = engine.archives[0]
+    archive = archive_members(engine.loaded[0])
     manifest = json.loads(archive["manifest.json"])
     diff_id = f"sha256:{hashlib.sha256(rootfs).hexdigest()}"
     assert manifest[0]["RepoTags"] == [reference]
@@ -214,44 +185,44 @@ def test_cached_rootfs_is_loaded_without_mmdebstrap(request_, tmp_path, monkeypa
 def test_same_rootfs_gives_the_same_image_id(request_, tmp_path):
     _cache_rootfs(request_, tmp_path / "a")
     _cache_rootfs(request_, tmp_path / "b")
-    first, second = FakeEngine(), FakeEngine()
+    first, second = engine_with(), engine_with()
 
     bootstrap_image(first, request_, cache_dir=tmp_path / "a")
     bootstrap_image(second, request_, cache_dir=tmp_path / "b")
 
     reference = base_reference(request_)
-    assert first.images[reference].id == second.images[reference].id
+    assert first.image_info(reference).id == second.image_info(reference).id
 
 
 def test_loaded_image_skips_everything(request_, tmp_path):
     loaded = dataclasses.replace(
         _info("sha256:" + "22" * 32), labels={DIGEST_LABEL: request_digest(request_)}
     )
-    engine = FakeEngine({base_reference(request_): loaded})
+    engine = engine_with({base_reference(request_): loaded})
     lines: list[str] = []
 
     reference = bootstrap_image(engine, request_, cache_dir=tmp_path, on_line=lines.append)
 
     assert reference == base_reference(request_)
-    assert engine.archives == []
+    assert engine.loaded == []
     assert lines == [f"base: {reference} is already loaded; reusing it"]
 
 
 def test_a_tag_pointing_at_another_image_is_replaced_from_the_cache(request_, tmp_path):
     _cache_rootfs(request_, tmp_path)
-    engine = FakeEngine({base_reference(request_): _info("sha256:" + "77" * 32)})
+    engine = engine_with({base_reference(request_): _info("sha256:" + "77" * 32)})
 
     bootstrap_image(engine, request_, cache_dir=tmp_path)
 
-    assert len(engine.archives) == 1
-    assert engine.images[base_reference(request_)].id != "sha256:" + "77" * 32
+    assert len(engine.loaded) == 1
+    assert engine.image_info(base_reference(request_)).id != "sha256:" + "77" * 32
 
 
 def test_missing_mmdebstrap_says_how_to_install_it(request_, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
 
     with pytest.raises(HostEnvironmentError) as caught:
-        bootstrap_image(FakeEngine(), request_, cache_dir=tmp_path / "cache")
+        bootstrap_image(engine_with(), request_, cache_dir=tmp_path / "cache")
 
     assert caught.value.message == "mmdebstrap not found: apt-get install mmdebstrap"
     assert caught.value.return_code == 8
@@ -268,7 +239,7 @@ def test_failed_mmdebstrap_keeps_its_log_and_leaves_no_partial_tar(request_, tmp
     cache = tmp_path / "cache"
 
     with pytest.raises(BuildError) as caught:
-        bootstrap_image(FakeEngine(), request_, cache_dir=cache)
+        bootstrap_image(engine_with(), request_, cache_dir=cache)
 
     error = caught.value
     assert error.step == "mmdebstrap"
@@ -284,7 +255,7 @@ def _image_cell(cells, digest: str) -> Cell:
 
 def test_present_image_base_matching_its_pin_is_used(cells, tmp_path):
     cell = _image_cell(cells, "sha256:" + "33" * 32)
-    engine = FakeEngine({cell.base.image: _info("sha256:" + "33" * 32)})
+    engine = engine_with({cell.base.image: _info("sha256:" + "33" * 32)})
 
     resolved = ensure_base(engine, cell, cache_dir=tmp_path)
 
@@ -294,7 +265,7 @@ def test_present_image_base_matching_its_pin_is_used(cells, tmp_path):
 
 def test_image_base_with_another_digest_is_refused(cells, tmp_path):
     cell = _image_cell(cells, "sha256:" + "33" * 32)
-    engine = FakeEngine({cell.base.image: _info("sha256:" + "44" * 32)})
+    engine = engine_with({cell.base.image: _info("sha256:" + "44" * 32)})
 
     with pytest.raises(ValidationError) as caught:
         ensure_base(engine, cell, cache_dir=tmp_path)
@@ -305,7 +276,7 @@ def test_image_base_with_another_digest_is_refused(cells, tmp_path):
 
 def test_missing_image_base_is_pulled_and_an_unpinned_one_is_reported(cells, tmp_path):
     cell = _image_cell(cells, "")
-    engine = FakeEngine()
+    engine = engine_with()
     lines: list[str] = []
 
     resolved = ensure_base(engine, cell, cache_dir=tmp_path, on_line=lines.append)
@@ -316,41 +287,47 @@ def test_missing_image_base_is_pulled_and_an_unpinned_one_is_reported(cells, tmp
     assert "pin it with base.digest" in lines[-1]
 
 
+def _saved_tar(path: Path, *, tags: tuple[str, ...], by_id: bool) -> str:
+    """A `docker save` tar of one image, saved by tag or by ID; returns the image's ID."""
+    source = FakeEngine()
+    image_id = source.add({"created": "2025-01-01T00:00:00Z"}, [b"vendor rootfs"], tags=tags)
+    names = (image_id,) if by_id else tags
+    path.write_bytes(b"".join(source.save(SaveRequest(images=names))))
+    return image_id
+
+
 def test_base_tar_saved_by_id_is_tagged_when_it_is_the_pinned_image(cells, tmp_path):
-    pinned = "sha256:" + "55" * 32
-    cell = _image_cell(cells, pinned)
-    engine = FakeEngine({pinned: _info(pinned)})
-    engine.load_result = LoadResult(references=(pinned,), image_ids=(pinned,))
     tar = tmp_path / "base.tar"
-    tar.write_bytes(b"saved")
+    cell = _image_cell(cells, "")
+    pinned = _saved_tar(tar, tags=(cell.base.image,), by_id=True)
+    cell = _image_cell(cells, pinned)
+    engine = FakeEngine()
 
     resolved = ensure_base(engine, cell, cache_dir=tmp_path, base_tar=tar)
 
-    assert engine.tags == [(pinned, cell.base.image)]
+    assert engine.tags == {cell.base.image: pinned}
     assert (resolved.image_id, resolved.origin) == (pinned, "tar")
 
 
 def test_base_tar_holding_another_image_is_refused(cells, tmp_path):
     cell = _image_cell(cells, "sha256:" + "55" * 32)
-    engine = FakeEngine()
-    engine.load_result = LoadResult(references=("other/image:1",), image_ids=("sha256:" + "66" * 32,))
     tar = tmp_path / "base.tar"
-    tar.write_bytes(b"saved")
+    _saved_tar(tar, tags=("other/image:1",), by_id=False)
 
     with pytest.raises(ValidationError, match=r"holds other/image:1, not "):
-        ensure_base(engine, cell, cache_dir=tmp_path, base_tar=tar)
+        ensure_base(FakeEngine(), cell, cache_dir=tmp_path, base_tar=tar)
 
 
 def test_missing_base_tar_names_the_file(cells, tmp_path):
     cell = _image_cell(cells, "")
 
     with pytest.raises(HostEnvironmentError, match=r"base tar .*nope.tar does not exist"):
-        ensure_base(FakeEngine(), cell, cache_dir=tmp_path, base_tar=tmp_path / "nope.tar")
+        ensure_base(engine_with(), cell, cache_dir=tmp_path, base_tar=tmp_path / "nope.tar")
 
 
 def test_base_tar_is_refused_for_a_bootstrap_cell(cpu, tmp_path):
     with pytest.raises(ConfigurationError, match="bootstraps its base"):
-        ensure_base(FakeEngine(), cpu, cache_dir=tmp_path, base_tar=tmp_path / "x.tar")
+        ensure_base(engine_with(), cpu, cache_dir=tmp_path, base_tar=tmp_path / "x.tar")
 
 
 def test_ctrl_c_lets_mmdebstrap_clean_up_and_leaves_no_tar(request_, tmp_path, monkeypatch):
@@ -379,7 +356,7 @@ def test_ctrl_c_lets_mmdebstrap_clean_up_and_leaves_no_tar(request_, tmp_path, m
     presser = threading.Thread(target=press_ctrl_c)
     presser.start()
     with pytest.raises(KeyboardInterrupt):
-        bootstrap_image(FakeEngine(), request_, cache_dir=cache)
+        bootstrap_image(engine_with(), request_, cache_dir=cache)
     presser.join()
 
     assert cleaned.read_text() == "unmounted\n"

@@ -13,18 +13,16 @@ from pathlib import Path
 import pytest
 import zstandard
 from test_bundle_fakes import (
-    BASE_ID,
     CPU_CELL,
     EPOCH,
     STUDIO_NOTICE,
-    FakeEngine,
+    add_image,
     cpu_selection,
     engine_with_cpu,
     export_cpu,
-    image_for,
     project,
-    save_archive,
 )
+from tests.fake_engine import FakeEngine
 
 from stackpin import sbom, signing
 from stackpin.bundle import export as exporting
@@ -32,6 +30,7 @@ from stackpin.bundle import format as bundle_format
 from stackpin.bundle import secrets as bundle_secrets
 from stackpin.bundle import stream as streaming
 from stackpin.bundle import verify as verifying
+from stackpin.engine import SaveRequest
 from stackpin.errors import BundleError
 from stackpin.matrix import RunFlags
 from stackpin.render import base_reference
@@ -97,7 +96,9 @@ def test_a_provenance_statement_per_cell_is_covered_by_the_signature(tmp_path, s
     assert statement["subject"] == [
         {"name": image.tags[0], "digest": {"sha256": image.id.removeprefix("sha256:")}}]
     deps = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
-    assert deps[0]["digest"] == {"sha256": BASE_ID.removeprefix("sha256:")}
+    base = engine.image_info(base_reference(cpu_selection(shipped_cells).cell))
+    assert base is not None
+    assert deps[0]["digest"] == {"sha256": base.id.removeprefix("sha256:")}
     dockerfile = (result.out_dir / f"dockerfiles/{CPU_CELL}-stable.Dockerfile").read_bytes()
     assert {"sha256": hashlib.sha256(dockerfile).hexdigest()} in [d["digest"] for d in deps]
     manifest = json.loads((result.out_dir / "manifest.json").read_bytes())
@@ -107,7 +108,7 @@ def test_a_provenance_statement_per_cell_is_covered_by_the_signature(tmp_path, s
 def test_export_refuses_when_the_base_cannot_be_named(tmp_path, shipped_cells):
     engine = engine_with_cpu(shipped_cells)
     selection = cpu_selection(shipped_cells)
-    del engine.images[base_reference(selection.cell)]
+    engine.remove_image(base_reference(selection.cell))
     with pytest.raises(BundleError, match="load or rebuild the base"):
         export_cpu(tmp_path, shipped_cells, engine=engine)
 
@@ -160,17 +161,21 @@ def test_same_key_same_signature_and_same_archive(tmp_path, shipped_cells):
 
 
 def test_save_manifest_order_from_the_daemon_does_not_reach_the_bundle():
-    images = [("sha256:" + "a" * 64, ("x:1",)), ("sha256:" + "b" * 64, ("y:1", "x:2"))]
+    engine = FakeEngine()
+    a = engine.add({"n": "a"}, [b"shared", b"a"], tags=("x:1",))
+    b = engine.add({"n": "b"}, [b"shared", b"b"], tags=("y:1", "x:2"))
     outputs = []
     for reverse in (False, True):
+        engine.reverse_manifest = reverse
         sink = io.BytesIO()
-        chunks = [save_archive(images, reverse=reverse, layer_bytes=4096)]
-        streaming.normalize_save_stream(chunks, sink)
+        streaming.normalize_save_stream(engine.save(SaveRequest(images=("x:1", "y:1", "x:2"))),
+                                        sink)
         outputs.append(sink.getvalue())
     assert outputs[0] == outputs[1]
     with tarfile.open(fileobj=io.BytesIO(outputs[0])) as tar:
         manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
-    assert [e["RepoTags"] for e in manifest] == [["x:1"], ["x:2", "y:1"]]
+    by_config = sorted([(a, ["x:1"]), (b, ["x:2", "y:1"])])
+    assert [e["RepoTags"] for e in manifest] == [tags for _, tags in by_config]
 
 
 def test_an_existing_bundle_is_kept_unless_forced(tmp_path, shipped_cells):
@@ -203,9 +208,8 @@ def test_export_refuses_a_missing_image_or_one_built_from_another_lock(tmp_path,
         export_cpu(tmp_path, shipped_cells, engine=FakeEngine())
     selection = cpu_selection(shipped_cells)
     engine = FakeEngine()
-    info = image_for(selection.cell, "stable", selection.lock.digest,
-                     labels={"io.stackpin.lock-digest": "0" * 64})
-    engine.add(info)
+    add_image(engine, selection.cell, "stable", selection.lock.digest,
+              labels={"io.stackpin.lock-digest": "0" * 64})
     with pytest.raises(BundleError, match="rebuild it"):
         export_cpu(tmp_path, shipped_cells, engine=engine)
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
@@ -315,6 +319,8 @@ def test_the_save_stream_passes_through_byte_for_byte_but_its_manifest():
 
 
 def test_a_save_stream_cut_short_is_an_error():
-    data = save_archive([("sha256:" + "a" * 64, ("x:1",))], layer_bytes=4096)
+    engine = FakeEngine()
+    engine.add({}, [bytes(4096)], tags=("x:1",))
+    data = b"".join(engine.save(SaveRequest(images=("x:1",))))
     with pytest.raises(BundleError, match="ended the save stream early"):
         streaming.normalize_save_stream([data[:3000]], io.BytesIO())

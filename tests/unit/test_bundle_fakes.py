@@ -1,23 +1,19 @@
-"""Fakes shared by the bundle tests: an engine with images and a save stream, no daemon.
+"""Helpers shared by the bundle tests: the CPU cell's images in the shared fake engine.
 
 (Named test_bundle_* to stay within the bundle's files; it holds no tests itself.)
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import random
-import tarfile
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.fake_engine import FakeEngine
 
 from stackpin import signing
 from stackpin.bundle import export as exporting
 from stackpin.bundle import format as bundle_format
-from stackpin.engine import ImageInfo, LoadResult, RunRequest, RunResult, SaveRequest
 from stackpin.lock import read_lock
 from stackpin.matrix import Cell
 from stackpin.render import base_reference, image_tags
@@ -38,99 +34,31 @@ PROBE_OUTPUT = json.dumps({
 })
 
 
-def _add(tar: tarfile.TarFile, name: str, data: bytes, mtime: int = EPOCH) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.mtime = mtime
-    tar.addfile(info, io.BytesIO(data))
+def layer_bytes(seed: str, size: int = 3 << 20) -> bytes:
+    """Half random, half repetitive bytes, so compression has work to do."""
+    return random.Random(seed).randbytes(size // 2) + bytes(size // 2)
 
 
-def save_archive(images: list[tuple[str, tuple[str, ...]]], *, reverse: bool = False,
-                 layer_bytes: int = 3 << 20) -> bytes:
-    """A `docker save`-shaped tar: config, one layer per image, manifest.json, repositories.
-
-    The layer holds half random, half repetitive bytes so compression has work to do.
-    """
-    rng = random.Random(7)
-    buffer = io.BytesIO()
-    entries = []
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for image_id, tags in images:
-            hexid = image_id.removeprefix("sha256:")
-            layer = hashlib.sha256(hexid.encode()).hexdigest()
-            _add(tar, f"{hexid}.json", json.dumps({"id": hexid}).encode())
-            dir_info = tarfile.TarInfo(f"{layer}/")
-            dir_info.type = tarfile.DIRTYPE
-            tar.addfile(dir_info)
-            _add(tar, f"{layer}/VERSION", b"1.0")
-            body = rng.randbytes(layer_bytes // 2) + bytes(layer_bytes // 2)
-            _add(tar, f"{layer}/layer.tar", body)
-            entries.append({"Config": f"{hexid}.json", "RepoTags": list(tags),
-                            "Layers": [f"{layer}/layer.tar"]})
-        if reverse:
-            entries.reverse()
-        _add(tar, "manifest.json", json.dumps(entries).encode() + b"\n", mtime=0)
-        _add(tar, "repositories", b"{}\n", mtime=0)
-    return buffer.getvalue()
+def image_config(cell: Cell, variant: str, lock_digest: str, *, env: tuple[str, ...] = (),
+                 labels: dict[str, str] | None = None) -> dict[str, object]:
+    """The config of a built image of ``cell`` as stackpin labels it."""
+    return {
+        "architecture": "amd64", "os": "linux", "created": "2025-01-01T00:00:00Z",
+        "config": {
+            "Labels": {"io.stackpin.cell": cell.id, "io.stackpin.variant": variant,
+                       "io.stackpin.lock-digest": lock_digest, **(labels or {})},
+            "Env": ["PATH=/opt/stackpin/venv/bin:/usr/bin", "TOKENIZERS_PARALLELISM=false", *env],
+            "Entrypoint": ["/opt/stackpin/entrypoint.sh"],
+        },
+    }
 
 
-@dataclass
-class FakeEngine:
-    """The engine seam: images by tag, a save stream, the SBOM probe, a recorded load."""
-
-    images: dict[str, ImageInfo] = field(default_factory=dict)
-    saved: list[SaveRequest] = field(default_factory=list)
-    loaded: list[bytes] = field(default_factory=list)
-    runs: list[RunRequest] = field(default_factory=list)
-    reverse_manifest: bool = False
-    interrupt_after: int | None = None  # raise KeyboardInterrupt after this many chunks
-    removed: list[str] = field(default_factory=list)
-
-    def add(self, info: ImageInfo) -> None:
-        for tag in info.tags:
-            self.images[tag] = info
-        self.images[info.id] = info
-
-    def image_info(self, reference: str) -> ImageInfo | None:
-        return self.images.get(reference)
-
-    def save(self, request: SaveRequest) -> Iterator[bytes]:
-        self.saved.append(request)
-        infos = {self.images[n].id: self.images[n] for n in request.images}
-        data = save_archive([(i, tuple(sorted(t for t in request.images if self.images[t].id == i)))
-                             for i in sorted(infos)], reverse=self.reverse_manifest)
-        for count, start in enumerate(range(0, len(data), 1 << 16)):
-            if self.interrupt_after is not None and count >= self.interrupt_after:
-                raise KeyboardInterrupt
-            yield data[start:start + (1 << 16)]
-
-    def run_to_completion(self, request: RunRequest, *, timeout_s: int) -> RunResult:
-        self.runs.append(request)
-        return RunResult(exit_code=0, timed_out=False, logs="", stdout=PROBE_OUTPUT + "\n")
-
-    def load(self, source: object) -> LoadResult:
-        data = b"".join(source)  # type: ignore[attr-defined]
-        self.loaded.append(data)
-        return LoadResult(references=(), image_ids=())
-
-    def remove_image(self, reference: str, *, force: bool = False) -> bool:
-        self.removed.append(reference)
-        return True
-
-
-def image_for(cell: Cell, variant: str, lock_digest: str, *, env: tuple[str, ...] = (),
-              labels: dict[str, str] | None = None, image_id: str = "") -> ImageInfo:
+def add_image(engine: FakeEngine, cell: Cell, variant: str, lock_digest: str,
+              **options: object) -> str:
+    """A built image of ``cell`` in ``engine``, under the tags stackpin gives it."""
     tags = image_tags(cell, variant, lock_digest)  # type: ignore[arg-type]
-    return ImageInfo(
-        id=image_id or "sha256:" + hashlib.sha256(f"{cell.id}{variant}".encode()).hexdigest(),
-        tags=tags, repo_digests=(),
-        labels={"io.stackpin.cell": cell.id, "io.stackpin.variant": variant,
-                "io.stackpin.lock-digest": lock_digest, **(labels or {})},
-        size=123456, created="2025-01-01T00:00:00Z",
-        env=("PATH=/opt/stackpin/venv/bin:/usr/bin", "TOKENIZERS_PARALLELISM=false", *env),
-        entrypoint=("/opt/stackpin/entrypoint.sh",), cmd=(), diff_ids=(),
-        architecture="amd64", os="linux",
-    )
+    config = image_config(cell, variant, lock_digest, **options)  # type: ignore[arg-type]
+    return engine.add(config, [layer_bytes(f"{cell.id}{variant}")], tags=tags)
 
 
 def project(tmp_path: Path, *, report: bytes | None = b'{"summary": "ok"}\n') -> Path:
@@ -151,21 +79,13 @@ def cpu_selection(cells: dict[str, Cell]) -> bundle_format.Selection:
     return bundle_format.Selection(cell=cells[CPU_CELL], variant="stable", lock=lock)
 
 
-BASE_ID = "sha256:" + "ba5e" * 16
-
-
-def base_image(cell: Cell) -> ImageInfo:
-    return ImageInfo(id=BASE_ID, tags=(base_reference(cell),), repo_digests=(), labels={},
-                     size=1, created="", env=(), entrypoint=(), cmd=(), diff_ids=(),
-                     architecture="amd64", os="linux")
-
-
 def engine_with_cpu(cells: dict[str, Cell], **image_options: object) -> FakeEngine:
+    """The CPU cell's base and its stable image, and the SBOM probe's answer to runs."""
     selection = cpu_selection(cells)
-    engine = FakeEngine()
-    engine.add(base_image(selection.cell))
-    engine.add(image_for(selection.cell, "stable", selection.lock.digest,
-                         **image_options))  # type: ignore[arg-type]
+    engine = FakeEngine(run_stdout=PROBE_OUTPUT + "\n")
+    engine.add({"created": "2025-01-01T00:00:00Z"}, [b"base rootfs"],
+               tags=(base_reference(selection.cell),))
+    add_image(engine, selection.cell, "stable", selection.lock.digest, **image_options)
     return engine
 
 

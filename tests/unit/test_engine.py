@@ -8,6 +8,8 @@ import json
 import os
 import re
 import socketserver
+import subprocess
+import sys
 import tarfile
 import threading
 
@@ -16,25 +18,38 @@ import pytest
 from stackpin.engine import (
     BindMount,
     BuildRequest,
-    BuildTally,
-    Engine,
     RunRequest,
-    build_failure,
-    build_kwargs,
+    digest_matches,
+    image_info_from_inspect,
+    with_run_flags,
+)
+from stackpin.engine.docker_api import (
+    DockerEngine,
     container_kwargs,
     container_name,
-    digest_matches,
-    finish_build_stream,
     gpu_device_request,
     host_config_kwargs,
-    image_info_from_inspect,
-    parse_build_stream,
+)
+from stackpin.engine.docker_build import (
+    BuildTally,
+    build_failure,
+    build_kwargs,
+    finish_build_stream,
     tally_build_event,
-    with_run_flags,
     write_build_context,
 )
 from stackpin.errors import BuildError, HostEnvironmentError
 from stackpin.matrix import RunFlags
+
+
+def parse_build_stream(json_lines: list[str]) -> BuildTally:
+    """The tally of a whole saved stream, folded as DockerEngine.build folds the live one."""
+    tally = BuildTally()
+    for raw in json_lines:
+        if raw.strip():
+            tally, _ = tally_build_event(tally, json.loads(raw))
+    return finish_build_stream(tally)[0]
+
 
 # What docker 20.10's classic builder sends for a three-step build whose last RUN fails,
 # captured as JSON lines (one event per line, as the daemon streams them).
@@ -246,7 +261,7 @@ def test_pinned_digest_matches_image_id_or_registry_digest_only():
 
 def test_no_daemon_gives_one_line_that_says_how_to_start_one():
     with pytest.raises(HostEnvironmentError) as caught:
-        Engine.connect(environ={"DOCKER_HOST": "unix:///nonexistent.sock"}, timeout_s=5)
+        DockerEngine.connect(environ={"DOCKER_HOST": "unix:///nonexistent.sock"}, timeout_s=5)
 
     error = caught.value
     assert error.return_code == 8
@@ -344,7 +359,7 @@ def test_cell_run_flags_extend_a_request_and_stay_narrow():
 
 
 class _PretendDaemon(http.server.BaseHTTPRequestHandler):
-    """Answers the two calls Engine.connect makes, like a daemon that then goes away."""
+    """Answers the two calls DockerEngine.connect makes, like a daemon that then goes away."""
 
     def do_GET(self):
         body = {"/_ping": b"OK", "/version": json.dumps({"ApiVersion": "1.41"}).encode()}.get(
@@ -367,7 +382,7 @@ def test_daemon_that_stops_mid_session_gives_the_same_one_line_error(tmp_path):
     server = socketserver.UnixStreamServer(str(sock), _PretendDaemon)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    engine = Engine.connect(environ={"DOCKER_HOST": f"unix://{sock}"}, timeout_s=5)
+    engine = DockerEngine.connect(environ={"DOCKER_HOST": f"unix://{sock}"}, timeout_s=5)
     server.shutdown()
     server.server_close()
     sock.unlink()
@@ -376,3 +391,17 @@ def test_daemon_that_stops_mid_session_gives_the_same_one_line_error(tmp_path):
         engine.image_info("stackpin/base-bookworm:0123456789ab")
 
     assert caught.value.message.startswith(f"no Docker daemon answers at unix://{sock}: start one")
+
+
+def test_the_pipeline_never_loads_the_docker_sdk():
+    # Only the CLI and the transport reach a daemon; render is documented as pure.
+    modules = ("render", "build", "rebuild", "normalize", "bootstrap", "bundle", "verification",
+               "engine")
+    code = (f"import sys\nfor m in {modules!r}: __import__('stackpin.' + m)\n"
+            "print(sorted({n.split('.')[0] for n in sys.modules} & {'docker', 'requests'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    with_transport = code.replace("for m in", "import stackpin.engine.docker_api\nfor m in")
+    out = subprocess.run([sys.executable, "-c", with_transport], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "['docker', 'requests']"  # the witness can see the SDK

@@ -6,13 +6,13 @@ import hashlib
 import io
 import json
 import tarfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
-from typing import IO
 
 import pytest
+from tests.fake_engine import FakeEngine
 
-from stackpin.engine import ImageInfo, LoadResult, SaveRequest, chunk_stream
+from stackpin.engine import chunk_stream
 from stackpin.errors import BuildError
 from stackpin.normalize import (
     NormalizeRequest,
@@ -302,97 +302,6 @@ def test_the_epoch_comes_from_the_label():
 # --- the whole image, through a fake engine ------------------------------------------
 
 
-class FakeEngine:
-    """Holds images as (config bytes, layer tars); save/load speak the docker-save format."""
-
-    def __init__(self) -> None:
-        self.images: dict[str, tuple[bytes, list[bytes]]] = {}
-        self.tags: dict[str, str] = {}
-        self.saves = 0
-        self.loads = 0
-
-    def add(self, config: dict[str, object], layers: list[bytes]) -> str:
-        config = dict(config)
-        config["rootfs"] = {"type": "layers",
-                            "diff_ids": [f"sha256:{hashlib.sha256(x).hexdigest()}" for x in layers]}
-        data = json.dumps(config, indent=1).encode()
-        image_id = f"sha256:{hashlib.sha256(data).hexdigest()}"
-        self.images[image_id] = (data, layers)
-        return image_id
-
-    def image_info(self, reference: str) -> ImageInfo | None:
-        image_id = self.tags.get(reference, reference)
-        if image_id not in self.images:
-            return None
-        config = json.loads(self.images[image_id][0])
-        return ImageInfo(id=image_id, tags=tuple(t for t, i in self.tags.items() if i == image_id),
-                         repo_digests=(), labels=config["config"]["Labels"], size=0, created="",
-                         env=(), entrypoint=(), cmd=(), diff_ids=tuple(config["rootfs"]["diff_ids"]),
-                         architecture="amd64", os="linux")
-
-    def save(self, request: SaveRequest) -> Iterator[bytes]:
-        """Like the daemon: several images in one stream, a shared layer stored once."""
-        self.saves += 1
-        out = io.BytesIO()
-        manifest = []
-        with tarfile.open(fileobj=out, mode="w") as tar:
-            seen: dict[bytes, str] = {}
-            for image_id in request.images:
-                config, layers = self.images[image_id]
-                names: list[str] = []
-                for layer in layers:
-                    name = f"{len(seen):064x}/layer.tar"
-                    if layer in seen and seen[layer] not in names:  # shared with another image
-                        names.append(seen[layer])
-                        continue
-                    if layer in seen:  # listed twice in one image: docker save links it
-                        link = f"{len(seen) + len(names):063x}f/layer.tar"
-                        self._link(tar, link, f"../{seen[layer]}")
-                        names.append(link)
-                        continue
-                    seen[layer] = name
-                    names.append(name)
-                    for extra, data in (("VERSION", b"1.0"), ("json", b"{}"), ("layer.tar", layer)):
-                        self._add(tar, f"{name.split('/')[0]}/{extra}", data)
-                self._add(tar, f"{image_id[7:]}.json", config)
-                manifest.append({"Config": f"{image_id[7:]}.json", "RepoTags": None,
-                                 "Layers": names})
-            self._add(tar, "manifest.json", json.dumps(manifest).encode())
-        raw = out.getvalue()
-        yield from (raw[i:i + 1000] for i in range(0, len(raw), 1000))
-
-    @staticmethod
-    def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-        info = tarfile.TarInfo(name)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-
-    @staticmethod
-    def _link(tar: tarfile.TarFile, name: str, target: str) -> None:
-        info = tarfile.TarInfo(name)
-        info.type, info.linkname = tarfile.SYMTYPE, target
-        tar.addfile(info)
-
-    def load(self, source: Path | IO[bytes] | Iterable[bytes]) -> LoadResult:
-        self.loads += 1
-        assert not isinstance(source, Path | io.IOBase)
-        raw = b"".join(source)  # type: ignore[arg-type]
-        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
-            files = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
-        (entry,) = json.loads(files["manifest.json"])
-        config = files[entry["Config"]]
-        assert entry["Config"] == f"{hashlib.sha256(config).hexdigest()}.json"
-        layers = [files[n] for n in entry["Layers"]]
-        diff_ids = json.loads(config)["rootfs"]["diff_ids"]
-        assert diff_ids == [f"sha256:{hashlib.sha256(x).hexdigest()}" for x in layers]
-        image_id = f"sha256:{hashlib.sha256(config).hexdigest()}"
-        self.images[image_id] = (config, layers)
-        return LoadResult(references=(image_id,), image_ids=(image_id,))
-
-    def tag(self, image: str, reference: str) -> None:
-        self.tags[reference] = image
-
-
 def built_image(engine: FakeEngine, *, container: str, mtime: int) -> tuple[str, bytes]:
     base = layer_tar([member("etc", None, mtime=LATER), member("etc/os-release", b"debian",
                                                                 mtime=LATER)])
@@ -422,7 +331,7 @@ def test_two_builds_normalise_to_one_image_id(tmp_path: Path):
     assert results[0].image_id == results[1].image_id
     assert engine.tags == {"stackpin/c:one": results[0].image_id,
                            "stackpin/c:two": results[0].image_id}
-    assert engine.loads == 1  # the second found the image already there
+    assert len(engine.loaded) == 1  # the second found the image already there
     assert list((tmp_path / "work").iterdir()) == []  # temp folders removed
 
 
@@ -436,7 +345,8 @@ def test_base_layers_pass_through_and_duplicates_stay_shared(tmp_path: Path):
     assert result.layers[0].diff_id == f"sha256:{hashlib.sha256(base).hexdigest()}"
     assert result.layers[1].diff_id == result.layers[3].diff_id
     assert result.layers[2].removed == ("var/log/build.log",)
-    config, layers = engine.images[result.image_id]
+    stored = engine.images[result.image_id]
+    config, layers = stored.config, stored.layers
     assert layers[0] == base
     assert json.loads(config)["created"] == "2025-01-01T00:00:00Z"
 
@@ -461,7 +371,7 @@ def test_a_warm_rebuild_reuses_the_cached_result_without_saving(tmp_path: Path):
     engine.tags.clear()
     second = normalize_image(engine, req)
     assert second.reused and second.image_id == first.image_id
-    assert engine.saves == 1
+    assert len(engine.saved) == 1
     assert engine.tags == {"t:1": first.image_id}
 
 

@@ -6,16 +6,17 @@ import hashlib
 import io
 import json
 import tarfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 from tests.conftest import CPU_CELL
-from tests.unit.test_normalize import LATER, SDE, FakeEngine, layer_tar, member, raw_config
+from tests.fake_engine import FakeEngine
+from tests.unit.test_normalize import LATER, SDE, layer_tar, member, raw_config
 
 import stackpin.rebuild as rebuild_module
 from stackpin.build import plan
-from stackpin.engine import BuildRequest, BuildResult
+from stackpin.engine import BuildRequest
 from stackpin.errors import BuildError, HostEnvironmentError
 from stackpin.lock import read_lock
 from stackpin.normalize import NormalizeRequest, normalize_image
@@ -178,45 +179,22 @@ def test_one_save_stream_gives_both_images():
 # --- the check's flow with a fake engine ---------------------------------------------
 
 
-class BuildingEngine(FakeEngine):
-    """A fake engine whose builds produce the layers of ``recipe`` (a test sets it)."""
+@dataclass
+class Builds:
+    """The fake engine's recipe: the base layer, then two layers written at build time."""
 
-    def __init__(self, base: bytes) -> None:
-        super().__init__()
-        self.base = base
-        self.builds: list[BuildRequest] = []
-        self.removed: list[str] = []
-        self.verify_content = b"v"
-        self.fail = False
-        self.run = 0
+    base: bytes
+    verify_content: bytes = b"v"
 
-    def build(self, request: BuildRequest, *, on_line=None) -> BuildResult:
-        self.builds.append(request)
-        if self.fail:
-            msg = "build failed at Step 3/9: boom; full log: x"
-            raise BuildError(msg)
-        self.run += 1
-        mtime = LATER + self.run * 100  # every build writes at its own time
+    def __call__(self, request: BuildRequest, count: int) -> tuple[dict, list[bytes]]:
+        mtime = LATER + count * 100  # every build writes at its own time
         layers = [self.base,
                   layer_tar([member("opt/stackpin/venv/x.py", b"x", mtime=mtime)]),
                   layer_tar([member("opt/stackpin/built-at", self.verify_content, mtime=mtime)])]
-        config = raw_config(f"2026-11-30T04:{self.run:02d}:00Z", f"{self.run:064x}", "sha256:p")
+        config = raw_config(f"2026-11-30T04:{count:02d}:00Z", f"{count:064x}", "sha256:p")
         config["history"] = [{"created_by": "bootstrap"}, {"created_by": "COPY --from=install"},
                              {"created_by": "/bin/sh -c date +%s%N > /opt/stackpin/built-at"}]
-        image_id = self.add(config, layers)
-        for tag in request.tags:
-            self.tag(image_id, tag)
-        return BuildResult(image_id=image_id, tags=request.tags, log_path=request.log_path,
-                           steps=9, cached_steps=0)
-
-    def remove_image(self, reference: str, *, force: bool = False) -> bool:
-        self.removed.append(reference)
-        if reference in self.tags:
-            image_id = self.tags.pop(reference)
-            if image_id in self.tags.values():
-                return True
-            reference = image_id
-        return self.images.pop(reference, None) is not None
+        return config, layers
 
 
 @pytest.fixture
@@ -229,17 +207,17 @@ def cpu_plan(root: Path, shipped_cells, monkeypatch: pytest.MonkeyPatch):
                 provenance={})
 
 
-def existing_image(engine: BuildingEngine, cpu_plan, tmp_path: Path) -> str:
+def existing_image(engine: FakeEngine, cpu_plan, tmp_path: Path) -> str:
     raw = engine.build(cpu_plan.request).image_id
-    base_diff = f"sha256:{hashlib.sha256(engine.base).hexdigest()}"
+    base_diff = f"sha256:{hashlib.sha256(engine.recipe.base).hexdigest()}"
     return normalize_image(engine, NormalizeRequest(
         image=raw, tags=cpu_plan.request.tags, keep_diff_ids=frozenset({base_diff}),
         work_dir=tmp_path)).image_id
 
 
-def base_engine() -> tuple[BuildingEngine, str]:
+def base_engine() -> tuple[FakeEngine, str]:
     base = layer_tar([member("etc/os-release", b"debian", mtime=SDE)])
-    engine = BuildingEngine(base)
+    engine = FakeEngine(recipe=Builds(base))
     base_id = engine.add(raw_config("2025", "0" * 64, ""), [base])
     return engine, base_id
 
@@ -261,7 +239,7 @@ def test_a_deterministic_rebuild_passes_and_leaves_nothing(cpu_plan, tmp_path: P
 def test_an_injected_timestamp_is_named_and_the_rebuild_removed(cpu_plan, tmp_path: Path):
     engine, base_id = base_engine()
     existing = existing_image(engine, cpu_plan, tmp_path)
-    engine.verify_content = b"1796011797123456789"
+    engine.recipe.verify_content = b"1796011797123456789"
     report = check_rebuild(engine, cpu_plan, root=tmp_path, base_id=base_id, on_line=print)
     assert not report.identical
     (layer,) = report.layers
@@ -276,7 +254,7 @@ def test_an_injected_timestamp_is_named_and_the_rebuild_removed(cpu_plan, tmp_pa
 def test_a_failed_rebuild_still_cleans_up(cpu_plan, tmp_path: Path):
     engine, base_id = base_engine()
     existing_image(engine, cpu_plan, tmp_path)
-    engine.fail = True
+    engine.fail_builds = True
     with pytest.raises(BuildError, match="boom"):
         check_rebuild(engine, cpu_plan, root=tmp_path, base_id=base_id, on_line=print)
     assert ":rebuild-check-" in engine.removed[0]

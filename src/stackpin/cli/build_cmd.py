@@ -20,7 +20,7 @@ from stackpin.cli.common import (
     selected_variants,
 )
 from stackpin.cli.progress import StepProgress
-from stackpin.engine import Engine
+from stackpin.engine.docker_api import DockerEngine
 from stackpin.lock import read_lock
 from stackpin.matrix import VARIANTS
 
@@ -90,7 +90,7 @@ def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None,
         return
     progress = StepProgress(verbose=verbose)
     records = []
-    with Engine.connect() as engine:
+    with DockerEngine.connect() as engine:
         base = ensure_base(engine, cell, cache_dir=cache_dir(), base_tar=base_tar,
                            on_line=progress)
         for name in variants:

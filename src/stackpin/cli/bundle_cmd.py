@@ -21,7 +21,7 @@ from stackpin.cli.common import (
     project_root,
     selected_variants,
 )
-from stackpin.engine import Engine
+from stackpin.engine.docker_api import DockerEngine
 from stackpin.errors import ValidationError
 from stackpin.lock import read_lock, stale_reason
 from stackpin.matrix import VARIANTS
@@ -90,7 +90,7 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
     previous = signal.signal(signal.SIGTERM, _interrupt_on_term)
     started = time.monotonic()
     try:
-        with Engine.connect() as engine:
+        with DockerEngine.connect() as engine:
             result = exporting.export(engine, request, on_line=_echo)
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -156,7 +156,7 @@ def verify(source: Path, pubkey: Path | None, as_json: bool) -> None:
 @json_option
 def load(source: Path, pubkey: Path | None, as_json: bool) -> None:
     """Verify the bundle completely, then load its images and confirm their IDs."""
-    with Engine.connect() as engine:
+    with DockerEngine.connect() as engine:
         report = loading.load(engine, source, pubkey=pubkey, on_line=_echo)
     if as_json:
         echo_json({"ok": True, **report.verified.to_json(), "loaded": list(report.image_ids)})

@@ -9,7 +9,8 @@ import click
 
 from stackpin.build import read_record
 from stackpin.cli.common import echo_json, json_option, project_root
-from stackpin.engine import Engine, ImageInfo
+from stackpin.engine import ImageInfo
+from stackpin.engine.docker_api import DockerEngine
 
 MIB = 2**20
 
@@ -66,7 +67,7 @@ def command(as_json: bool) -> None:
     apt list was left in a layer.
     """
     root = project_root()
-    with Engine.connect() as engine:
+    with DockerEngine.connect() as engine:
         rows = [
             image_row(info, read_record(root, info.labels.get("io.stackpin.cell", ""),
                                         info.labels.get("io.stackpin.variant", "")))

@@ -17,7 +17,7 @@ from stackpin.cli.common import (
     selected_variants,
 )
 from stackpin.cli.progress import StepProgress
-from stackpin.engine import Engine
+from stackpin.engine.docker_api import DockerEngine
 from stackpin.errors import VerificationError
 from stackpin.lock import read_lock
 from stackpin.matrix import VARIANTS
@@ -60,7 +60,7 @@ def command(cell_id: str, check: bool, variant: str, use_cache: bool, image_ref:
     lock = preflight(cell, read_lock(root, cell.id), root)
     progress = StepProgress(verbose=verbose)
     reports: list[RebuildReport] = []
-    with Engine.connect() as engine:
+    with DockerEngine.connect() as engine:
         base = ensure_base(engine, cell, cache_dir=cache_dir(), on_line=progress)
         for name in variants:
             build_plan = plan(cell, name, lock, root=root, no_cache=not use_cache,

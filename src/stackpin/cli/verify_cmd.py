@@ -16,7 +16,7 @@ from stackpin.cli.common import (
     project_root,
     selected_variants,
 )
-from stackpin.engine import Engine
+from stackpin.engine.docker_api import DockerEngine
 from stackpin.errors import ConfigurationError, HostEnvironmentError, VerificationError
 from stackpin.lock import read_lock
 from stackpin.matrix import VARIANTS, Cell
@@ -75,10 +75,10 @@ def run(cell_id: str, variant: str, levels: str, dtype: str, as_json: bool) -> N
     variants = selected_variants(cell, variant)
     failed: list[str] = []
     summaries = []
-    with Engine.connect() as engine:
+    with DockerEngine.connect() as engine:
         for name in variants:
             image = _image_for(cell, name, root)
-            if not engine.image_exists(image):
+            if engine.image_info(image) is None:
                 msg = f"image {image} is not built: run 'stackpin build {cell.id} --variant {name}'"
                 raise HostEnvironmentError(msg)
             out_dir = report_dir(root, cell.id, name)

@@ -1,0 +1,52 @@
+"""The one engine protocol that build, rebuild, normalise, bundle and verification take.
+
+``stackpin.engine.docker_api.DockerEngine`` implements it against a daemon; the unit tests'
+shared fake implements it in memory. Every argument and result is a plain type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Protocol
+
+from stackpin.engine.types import (
+    BuildRequest,
+    BuildResult,
+    EngineVersion,
+    ImageInfo,
+    LoadResult,
+    RunRequest,
+    RunResult,
+    SaveRequest,
+)
+
+
+class Engine(Protocol):
+    """One container engine: images, builds, runs, and ``docker save``/``load`` streams."""
+
+    def version(self) -> EngineVersion: ...
+
+    def image_info(self, reference: str) -> ImageInfo | None:
+        """The image a reference (name:tag, ID or name@digest) names, or None."""
+
+    def list_images(self, label: str) -> list[ImageInfo]:
+        """Every local image carrying ``label`` ("key" or "key=value"), newest first."""
+
+    def tag(self, image: str, reference: str) -> None: ...
+
+    def remove_image(self, reference: str, *, force: bool = False) -> bool:
+        """Remove an image or a tag; False when there was none."""
+
+    def pull(self, reference: str) -> ImageInfo: ...
+
+    def build(
+        self, request: BuildRequest, *, on_line: Callable[[str], None] = ...
+    ) -> BuildResult: ...
+
+    def run_to_completion(self, request: RunRequest, *, timeout_s: int) -> RunResult: ...
+
+    def save(self, request: SaveRequest) -> Iterator[bytes]:
+        """The bytes of one ``docker save`` archive holding every requested image."""
+
+    def load(self, source: Path | IO[bytes] | Iterable[bytes]) -> LoadResult: ...

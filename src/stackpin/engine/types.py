@@ -1,0 +1,205 @@
+"""Plain engine types: what callers hand an engine and what comes back (no SDK here).
+
+As ``docker.types`` sits apart from ``docker.api`` in docker-py, these frozen requests and
+results are all that the pipeline (render, build, normalise, bundle, verification) needs to
+know about an engine; the transport that speaks to a daemon is ``stackpin.engine.docker_api``.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from stackpin.matrix import RunFlags
+
+# --- requests ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    """One classic-builder build of a context directory."""
+
+    context_dir: Path
+    dockerfile: str = "Dockerfile"
+    tags: tuple[str, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    buildargs: Mapping[str, str] = field(default_factory=dict)
+    # "none" makes every RUN step offline: the classic builder runs them in that network.
+    network_mode: str | None = None
+    nocache: bool = False
+    pull: bool = False
+    rm: bool = True
+    forcerm: bool = True
+    log_path: Path
+    # Context file mtimes are clamped to this (as SOURCE_DATE_EPOCH tools do); None keeps them.
+    source_date_epoch: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class BindMount:
+    """A host directory mounted into a container (e.g. where reports are written)."""
+
+    source: Path
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    """One container run; the broad flags (ipc host, caps, seccomp) are explicit opt-ins."""
+
+    image: str
+    command: tuple[str, ...] = ()
+    entrypoint: tuple[str, ...] | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
+    devices: tuple[str, ...] = ()
+    group_add: tuple[str, ...] = ()
+    volumes: tuple[str, ...] = ()  # "host:container[:ro]", as the cell's run flags write them
+    mounts: tuple[BindMount, ...] = ()
+    shm_size: str = ""
+    gpus: str = ""  # "all", a count, or "device=0,1"; empty = no GPU request
+    ipc_mode: str = ""
+    cap_add: tuple[str, ...] = ()
+    security_opt: tuple[str, ...] = ()
+    network_mode: str = ""
+    ports: Mapping[int, int] = field(default_factory=dict)  # container port -> 127.0.0.1 port
+    user: str = ""
+    workdir: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaveRequest:
+    """Several images written as ONE ``docker save`` stream (shared layers stored once)."""
+
+    images: tuple[str, ...]
+    chunk_size: int = 1 << 20
+
+
+
+# --- results ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    image_id: str
+    tags: tuple[str, ...]
+    log_path: Path
+    steps: int
+    cached_steps: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    exit_code: int  # -1 when the run timed out
+    timed_out: bool
+    logs: str  # stdout and stderr interleaved as the daemon recorded them
+    stdout: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadResult:
+    references: tuple[str, ...]  # "repo:tag", or "sha256:..." for untagged images
+    image_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageInfo:
+    id: str
+    tags: tuple[str, ...]
+    repo_digests: tuple[str, ...]
+    labels: Mapping[str, str]
+    size: int
+    created: str
+    env: tuple[str, ...]
+    entrypoint: tuple[str, ...]
+    cmd: tuple[str, ...]
+    diff_ids: tuple[str, ...]
+    architecture: str
+    os: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineVersion:
+    version: str
+    api_version: str
+    os: str
+    arch: str
+
+
+def image_info_from_inspect(data: Mapping[str, Any]) -> ImageInfo:
+    """ImageInfo from the daemon's ``/images/<id>/json`` document."""
+    config = data.get("Config") or {}
+    return ImageInfo(
+        id=str(data["Id"]),
+        tags=tuple(data.get("RepoTags") or ()),
+        repo_digests=tuple(data.get("RepoDigests") or ()),
+        labels=dict(config.get("Labels") or {}),
+        size=int(data.get("Size") or 0),
+        created=str(data.get("Created") or ""),
+        env=tuple(config.get("Env") or ()),
+        entrypoint=tuple(config.get("Entrypoint") or ()),
+        cmd=tuple(config.get("Cmd") or ()),
+        diff_ids=tuple((data.get("RootFS") or {}).get("Layers") or ()),
+        architecture=str(data.get("Architecture") or ""),
+        os=str(data.get("Os") or ""),
+    )
+
+
+def digest_matches(info: ImageInfo, pinned: str) -> bool:
+    """Whether a pinned ``sha256:`` is this image's ID or one of its registry digests.
+
+    A base loaded from a ``docker save`` tar has no RepoDigests (load drops them), so the
+    image ID (the config digest) is what an air-gapped site pins.
+    """
+    registry = {d.rpartition("@")[2] for d in info.repo_digests}
+    return pinned == info.id or pinned in registry
+
+
+def with_run_flags(request: RunRequest, flags: RunFlags) -> RunRequest:
+    """The request plus a cell's platform run flags (device nodes, groups, mounts, shm)."""
+    return replace(
+        request,
+        devices=request.devices + flags.devices,
+        group_add=request.group_add + flags.group_add,
+        volumes=request.volumes + flags.volumes,
+        shm_size=flags.shm_size or request.shm_size,
+        gpus=flags.gpus or request.gpus,
+        ipc_mode=flags.ipc or request.ipc_mode,
+        cap_add=request.cap_add + flags.cap_add,
+        security_opt=request.security_opt + flags.security_opt,
+    )
+
+
+
+# --- byte streams ------------------------------------------------------------------------
+
+
+class _ChunkReader(io.RawIOBase):
+    """A read-only raw stream over an iterator of byte chunks (for tarfile's "r|")."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._pending = chunk
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+
+def chunk_stream(chunks: Iterable[bytes], buffer_size: int = 1 << 20) -> IO[bytes]:
+    """A buffered file object over an iterator of byte chunks (a save stream, say)."""
+    return io.BufferedReader(_ChunkReader(chunks), buffer_size=buffer_size)

@@ -1,0 +1,266 @@
+"""The one fake engine of the unit tests: a daemon in memory that speaks `docker save`.
+
+It implements ``stackpin.engine.Engine``. Images are content-addressed (the ID is the
+digest of the config, whose ``rootfs.diff_ids`` are the layers' digests), ``save`` writes the
+docker-archive layout the daemon writes (a layer shared by several images stored once, a
+layer repeated inside one image linked), and ``load`` reads it back with the daemon's checks.
+``put`` registers an image by a given ``ImageInfo`` where only its metadata matters (a pinned
+base, say); its saved config is synthesised from that info. Every call is recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from stackpin.engine import (
+    BuildRequest,
+    BuildResult,
+    Engine,
+    EngineVersion,
+    ImageInfo,
+    LoadResult,
+    RunRequest,
+    RunResult,
+    SaveRequest,
+)
+from stackpin.errors import BuildError, HostEnvironmentError
+
+# What a build makes: (config, layers) for a request and the count of builds so far.
+Recipe = Callable[[BuildRequest, int], tuple[dict[str, Any], list[bytes]]]
+
+
+def digest(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def archive_members(data: bytes) -> dict[str, bytes]:
+    """Every regular file of a tar, by name (to look inside what was saved or loaded)."""
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
+
+
+@dataclass
+class StoredImage:
+    config: bytes
+    layers: list[bytes]
+    info: ImageInfo | None = None  # set by ``put``: metadata given, not derived from config
+
+
+@dataclass
+class FakeEngine:
+    images: dict[str, StoredImage] = field(default_factory=dict)  # by image ID
+    tags: dict[str, str] = field(default_factory=dict)  # reference -> image ID
+    run_stdout: str = ""  # what every container run prints
+    recipe: Recipe | None = None  # what builds make; None: a build fails
+    fail_builds: bool = False
+    interrupt_after: int | None = None  # save raises KeyboardInterrupt after this many chunks
+    reverse_manifest: bool = False  # save lists images in the other order
+    saved: list[SaveRequest] = field(default_factory=list)
+    loaded: list[bytes] = field(default_factory=list)
+    runs: list[RunRequest] = field(default_factory=list)
+    builds: list[BuildRequest] = field(default_factory=list)
+    pulled: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+    # --- setting up -----------------------------------------------------------------
+
+    def add(self, config: dict[str, Any], layers: list[bytes], tags: Iterable[str] = ()) -> str:
+        """Store an image made of ``layers``; its ID is the digest of the resulting config."""
+        config = {**config, "rootfs": {"type": "layers", "diff_ids": [digest(x) for x in layers]}}
+        data = json.dumps(config, indent=1).encode()
+        image_id = digest(data)
+        self.images[image_id] = StoredImage(config=data, layers=list(layers))
+        for reference in tags:
+            self.tags[reference] = image_id
+        return image_id
+
+    def put(self, info: ImageInfo, layers: list[bytes] | None = None) -> str:
+        """Store an image known by its metadata alone (its ID is taken as given)."""
+        layers = [info.id.encode()] if layers is None else layers
+        config = {"architecture": info.architecture, "os": info.os, "created": info.created,
+                  "config": {"Labels": dict(info.labels), "Env": list(info.env),
+                             "Entrypoint": list(info.entrypoint), "Cmd": list(info.cmd)},
+                  "rootfs": {"type": "layers", "diff_ids": [digest(x) for x in layers]}}
+        self.images[info.id] = StoredImage(config=json.dumps(config).encode(), layers=layers,
+                                           info=replace(info, tags=()))
+        for reference in info.tags:
+            self.tags[reference] = info.id
+        return info.id
+
+    # --- the Engine protocol --------------------------------------------------------
+
+    def version(self) -> EngineVersion:
+        return EngineVersion(version="0.0.0-fake", api_version="1.41", os="linux", arch="amd64")
+
+    def _resolve(self, reference: str) -> str | None:
+        image_id = self.tags.get(reference, reference)
+        return image_id if image_id in self.images else None
+
+    def image_info(self, reference: str) -> ImageInfo | None:
+        image_id = self._resolve(reference)
+        if image_id is None:
+            return None
+        stored = self.images[image_id]
+        tags = tuple(sorted(t for t, i in self.tags.items() if i == image_id))
+        if stored.info is not None:
+            return replace(stored.info, tags=tags)
+        config = json.loads(stored.config)
+        settings = config.get("config") or {}
+        return ImageInfo(
+            id=image_id, tags=tags, repo_digests=(), labels=settings.get("Labels") or {},
+            size=sum(len(x) for x in stored.layers), created=str(config.get("created", "")),
+            env=tuple(settings.get("Env") or ()), entrypoint=tuple(settings.get("Entrypoint") or ()),
+            cmd=tuple(settings.get("Cmd") or ()), diff_ids=tuple(config["rootfs"]["diff_ids"]),
+            architecture=str(config.get("architecture", "amd64")), os=str(config.get("os", "linux")),
+        )
+
+    def list_images(self, label: str) -> list[ImageInfo]:
+        key, _, value = label.partition("=")
+        infos = [i for i in map(self.image_info, list(self.images)) if i is not None]
+        found = [i for i in infos if key in i.labels and (not value or i.labels[key] == value)]
+        return sorted(found, key=lambda i: (i.created, i.id), reverse=True)
+
+    def tag(self, image: str, reference: str) -> None:
+        image_id = self._resolve(image)
+        assert image_id is not None, f"tag of an unknown image {image}"
+        self.tags[reference] = image_id
+
+    def remove_image(self, reference: str, *, force: bool = False) -> bool:
+        """As the daemon: a tag goes first; the image goes with its last tag."""
+        self.removed.append(reference)
+        if reference in self.tags:
+            image_id = self.tags.pop(reference)
+            if image_id not in self.tags.values():
+                del self.images[image_id]
+            return True
+        if reference not in self.images:
+            return False
+        for tag in [t for t, i in self.tags.items() if i == reference]:
+            del self.tags[tag]
+        del self.images[reference]
+        return True
+
+    def pull(self, reference: str) -> ImageInfo:
+        self.pulled.append(reference)
+        self.add({"pulled": reference}, [reference.encode()], tags=(reference,))
+        info = self.image_info(reference)
+        assert info is not None
+        return info
+
+    def build(self, request: BuildRequest, *, on_line: Callable[[str], None] = print
+              ) -> BuildResult:
+        self.builds.append(request)
+        if self.fail_builds or self.recipe is None:
+            msg = f"build failed at Step 3/9: boom; full log: {request.log_path}"
+            raise BuildError(msg)
+        config, layers = self.recipe(request, len(self.builds))
+        image_id = self.add(config, layers, tags=request.tags)
+        return BuildResult(image_id=image_id, tags=request.tags, log_path=request.log_path,
+                           steps=len(layers), cached_steps=0)
+
+    def run_to_completion(self, request: RunRequest, *, timeout_s: int) -> RunResult:
+        self.runs.append(request)
+        if self._resolve(request.image) is None:
+            msg = f"the Docker daemon refused to run {request.image}: no such image"
+            raise HostEnvironmentError(msg)
+        return RunResult(exit_code=0, timed_out=False, logs=self.run_stdout,
+                         stdout=self.run_stdout)
+
+    def save(self, request: SaveRequest) -> Iterator[bytes]:
+        self.saved.append(request)
+        ids = [self._resolve(name) for name in request.images]
+        if None in ids:
+            msg = f"the Docker daemon cannot save {', '.join(request.images)}: no such image"
+            raise HostEnvironmentError(msg)
+        by_id = {i: sorted(n for n in request.images if self.tags.get(n) == i) for i in ids if i}
+        data = save_archive([(self.images[i], tags) for i, tags in by_id.items()],
+                            reverse_manifest=self.reverse_manifest)
+        for count, start in enumerate(range(0, len(data), 1 << 16)):
+            if self.interrupt_after is not None and count >= self.interrupt_after:
+                raise KeyboardInterrupt
+            yield data[start:start + (1 << 16)]
+
+    def load(self, source: Path | IO[bytes] | Iterable[bytes]) -> LoadResult:
+        """Read a docker-archive as the daemon does: configs and layers must match."""
+        if isinstance(source, Path):
+            data = source.read_bytes()
+        elif isinstance(source, io.IOBase):
+            data = source.read()
+        else:
+            data = b"".join(source)
+        self.loaded.append(data)
+        try:
+            files = archive_members(data)
+            entries = json.loads(files["manifest.json"])
+        except (tarfile.TarError, KeyError, ValueError) as exc:
+            msg = f"the Docker daemon could not load the archive: {exc}"
+            raise HostEnvironmentError(msg) from None
+        references: list[str] = []
+        image_ids: list[str] = []
+        for entry in entries:
+            config, layers = files[entry["Config"]], [files[n] for n in entry["Layers"]]
+            diff_ids = json.loads(config)["rootfs"]["diff_ids"]
+            assert diff_ids == [digest(x) for x in layers], "layers do not match the config"
+            image_id = digest(config)
+            self.images[image_id] = StoredImage(config=config, layers=layers)
+            for tag in entry.get("RepoTags") or ():
+                self.tags[tag] = image_id
+            references.extend(entry.get("RepoTags") or (image_id,))
+            image_ids.append(image_id)
+        return LoadResult(references=tuple(references), image_ids=tuple(image_ids))
+
+
+def save_archive(images: list[tuple[StoredImage, list[str]]], *,
+                 reverse_manifest: bool = False) -> bytes:
+    """The docker-archive bytes of ``(image, tags)`` pairs, in that order."""
+    out = io.BytesIO()
+    manifest = []
+    seen: dict[bytes, str] = {}
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for stored, tags in images:
+            names: list[str] = []
+            for layer in stored.layers:
+                if layer in seen and seen[layer] not in names:  # shared with another image
+                    names.append(seen[layer])
+                    continue
+                if layer in seen:  # listed twice in one image: docker save links it
+                    link = f"{len(seen) + len(names):063x}f/layer.tar"
+                    _symlink(tar, link, f"../{seen[layer]}")
+                    names.append(link)
+                    continue
+                name = f"{len(seen):064x}/layer.tar"
+                seen[layer] = name
+                names.append(name)
+                for extra, data in (("VERSION", b"1.0"), ("json", b"{}"), ("layer.tar", layer)):
+                    _file(tar, f"{name.split('/')[0]}/{extra}", data)
+            config_name = f"{hashlib.sha256(stored.config).hexdigest()}.json"
+            _file(tar, config_name, stored.config)
+            manifest.append({"Config": config_name, "RepoTags": tags or None, "Layers": names})
+        if reverse_manifest:
+            manifest.reverse()
+        _file(tar, "manifest.json", json.dumps(manifest).encode() + b"\n", mtime=0)
+        _file(tar, "repositories", b"{}\n", mtime=0)
+    return out.getvalue()
+
+
+def _file(tar: tarfile.TarFile, name: str, data: bytes, mtime: int = 1735689600) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime = len(data), mtime
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _symlink(tar: tarfile.TarFile, name: str, target: str) -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = tarfile.SYMTYPE, target
+    tar.addfile(info)
+
+
+def _conforms(engine: FakeEngine) -> Engine:
+    return engine  # mypy (its files list this module) checks the fake keeps to the protocol
