@@ -53,7 +53,8 @@ check_sums_file() {
     fi
 }
 
-# No links, devices or files the manifest does not list; nothing listed missing.
+# No links, devices or files the manifest does not list; nothing listed missing. Unlisted
+# files under models/ are the site's own models (the folder start.sh mounts), not extras.
 check_listing() {
     local odd listed present extra missing
     odd=$(cd "$BUNDLE" && find . ! -type f ! -type d -print | head -n 1)
@@ -61,7 +62,8 @@ check_listing() {
     listed=$(sed 's/^[0-9a-f]\{64\}  //' "$BUNDLE/SHA256SUMS" | LC_ALL=C sort)
     present=$(cd "$BUNDLE" && find . -type f ! -path ./manifest.json ! -path ./manifest.sig \
         ! -path ./SHA256SUMS -print | sed 's|^\./||' | LC_ALL=C sort)
-    extra=$(LC_ALL=C comm -13 <(printf '%s\n' "$listed") <(printf '%s\n' "$present") | head -n 1)
+    extra=$(LC_ALL=C comm -13 <(printf '%s\n' "$listed") <(printf '%s\n' "$present") \
+        | { grep -v '^models/' || true; } | head -n 1)
     missing=$(LC_ALL=C comm -23 <(printf '%s\n' "$listed") <(printf '%s\n' "$present") | head -n 1)
     [ -z "$extra" ] || die "$extra is not in the manifest (an extra file): remove it or get a fresh copy"
     [ -z "$missing" ] || die "$missing is missing: the bundle is incomplete; get a fresh copy"

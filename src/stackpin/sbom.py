@@ -267,3 +267,31 @@ def schema_errors(data: bytes) -> str | None:
     """What makes ``data`` invalid against the CycloneDX 1.6 JSON schema (None: valid)."""
     error = JsonStrictValidator(SCHEMA).validate_str(data.decode())
     return None if error is None else str(error)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelRecord:
+    """A model folder a bundle ships: its licence and the hashes of its files."""
+
+    name: str
+    licence: str
+    files: tuple[tuple[str, str], ...]  # (bundle path, sha256)
+
+
+def models_document(models: Iterable[ModelRecord], *, created: str, serial_key: str) -> Bom:
+    """The CycloneDX document of a bundle's ``models/`` folder (pure)."""
+    root = Component(bom_ref="models", type=ComponentType.DATA, name="models",
+                     description="model folders shipped in the bundle's models/")
+    components = [
+        Component(
+            bom_ref=f"models/{m.name}", type=ComponentType.MACHINE_LEARNING_MODEL, name=m.name,
+            licenses=[LicenseFactory().make_from_string(m.licence)],
+            components=[
+                Component(bom_ref=path, type=ComponentType.FILE, name=path,
+                          hashes=[HashType(alg=HashAlgorithm.SHA_256, content=digest)])
+                for path, digest in m.files
+            ],
+        )
+        for m in models
+    ]
+    return _document(root, components, serial_key=serial_key, created=created)

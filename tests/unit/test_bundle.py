@@ -55,6 +55,7 @@ def test_export_writes_the_layout_and_a_manifest_covering_every_file(tmp_path, s
         f"dockerfiles/{CPU_CELL}-stable.Dockerfile", f"locks/{CPU_CELL}.lock",
         f"locks/{CPU_CELL}.cell.json", f"sbom/{CPU_CELL}-stable.cdx.json", "reports/cpu.json",
         f"provenance/{CPU_CELL}.intoto.json", "licenses/unsloth-studio/LICENSE.AGPL-3.0",
+        "models/README.md",
     ])
     manifest = json.loads((out / "manifest.json").read_bytes())
     listed = {f["path"] for f in manifest["files"]}

@@ -107,6 +107,8 @@ TAMPERING = {
         (out / "images.tar.zst").read_bytes()[:-100]), "checksum: .*images.tar.zst"),
     "missing file": (lambda out: (out / "bin" / "stop.sh").unlink(), "bin/stop.sh is missing"),
     "extra file": (lambda out: (out / "sbom" / "x.json").write_text("{}"), "sbom/x.json is not in"),
+    "models README altered": (lambda out: (out / "models" / "README.md").write_text("x"),
+                              "checksum: .*models/README.md"),
     "symlink": (lambda out: (out / "sbom" / "x").symlink_to("/etc/passwd"), "sbom/x is a link"),
     "manifest edited": (_edit_manifest, "manifest.sig does not match manifest.json"),
     "signature missing": (lambda out: (out / "manifest.sig").unlink(), "manifest.sig is missing"),
@@ -124,6 +126,14 @@ def test_load_refuses_tampering_before_docker_is_called(site, case):
     assert done.returncode != 0
     assert re.search(reason, done.stdout + done.stderr), done.stdout + done.stderr
     assert _calls(log) == []  # docker was never called
+
+
+def test_a_model_the_site_adds_under_models_is_not_an_extra_file(site):
+    out, public, env, _log = site
+    (out / "models" / "site-model").mkdir()
+    (out / "models" / "site-model" / "model.gguf").write_bytes(b"GGUF")
+    done = _run(out, "load.sh", "--pubkey", str(public), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_load_without_a_key_warns_and_still_checks_every_file(site):

@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 
 from stackpin import __version__, provenance, sbom, signing
+from stackpin.bundle import models
 from stackpin.bundle.format import (
     EXECUTABLE,
     FORMAT_VERSION,
@@ -222,11 +223,34 @@ def write_static_files(request: ExportRequest, staging: Path, images: Sequence[B
              (json.dumps(cell_to_dict(cell), indent=2, sort_keys=True) + "\n").encode())
         if request.with_wheels:
             _copy_wheels(request.root, staging, lock)
+    _put(staging, f"{models.FOLDER}/README.md", models.README.encode())
+    if request.with_models:
+        write_models(request, staging)
     reports = request.root / "build" / "reports"
     if reports.is_dir():
         for source in sorted(reports.rglob("*")):
             if source.is_file() and not source.is_symlink():
                 _copy(staging, f"reports/{source.relative_to(reports).as_posix()}", source)
+
+
+def write_models(request: ExportRequest, staging: Path) -> None:
+    """models/<name>/ as found, their licence texts under licenses/, sbom/models.cdx.json."""
+    shipped = models.find_models(request.root / models.FOLDER)
+    records = []
+    for model in shipped:
+        source = request.root / models.FOLDER / model.name
+        for file in model.files:
+            _copy(staging, f"{models.FOLDER}/{model.name}/{file.rel}", source / file.rel)
+        for rel in model.licence_files:
+            _copy(staging, f"licenses/models/{model.name}/{rel}", source / rel)
+        records.append(sbom.ModelRecord(
+            name=model.name, licence=model.licence,
+            files=tuple((f"{models.FOLDER}/{model.name}/{f.rel}", f.sha256)
+                        for f in model.files)))
+    created = rfc3339(created_epoch(request.selections))
+    document = sbom.sbom_bytes(sbom.models_document(
+        records, created=created, serial_key=json.dumps([r.files for r in records])))
+    _put(staging, "sbom/models.cdx.json", document)
 
 
 def _copy_wheels(root: Path, staging: Path, lock: Lock) -> None:
@@ -329,6 +353,7 @@ def finish_bundle(request: ExportRequest, staging: Path, images: Sequence[Bundle
     _put(staging, "README.md", render_readme(request.root / "bundle", partial).encode())
     listed = [p for p in _listing(staging) if p not in (*UNSIGNED, SUMS)]
     scan_files(staging, listed)
+    models.refuse_user_state(staging, listed)
     entries = [
         FileEntry(path=p, size=(staging / p).stat().st_size,
                   sha256=stream.sha256 if p == IMAGES else sha256_file(staging / p))

@@ -32,6 +32,9 @@ DEFAULT_PORTS: Mapping[str, int] = {"enhanced": 18887, "stable": 18888}
 MAX_MANIFEST_BYTES = 16 << 20
 CHUNK = 1 << 20
 UNSIGNED = (MANIFEST, SIGNATURE)  # every other file is listed in the manifest
+# The site puts its own model folders here (stackpin.bundle.models): in a bundle folder,
+# files under it that the manifest does not list are the site's, not an extra file.
+SITE_MODELS = "models/"
 EXECUTABLE = re.compile(r"^bin/[^/]+\.sh$")
 
 LineSink = Callable[[str], None]
@@ -62,6 +65,7 @@ class ExportRequest:
     archive: bool = False
     sign_key: Path | None = None
     with_wheels: bool = False
+    with_models: bool = False  # ship root/models/ (licence-declaring model folders)
     force: bool = False
     zstd_threads: int = -1  # -1: one worker per CPU; the bytes do not depend on it
 

@@ -21,6 +21,7 @@ from stackpin.bundle.format import (
     MANIFEST,
     MAX_MANIFEST_BYTES,
     SIGNATURE,
+    SITE_MODELS,
     SUMS,
     UNSIGNED,
     FileEntry,
@@ -175,7 +176,8 @@ def _verify_dir(folder: Path, pubkey: Path | None) -> VerifyResult:
     signature = (folder / SIGNATURE).read_bytes() if SIGNATURE in paths else None
     state = check_signature(folder, data, signature, pubkey)
     listed = {str(e["path"]): int(e["size"]) for e in manifest["files"]}
-    present = [p for p in paths if p not in UNSIGNED]
+    present = [p for p in paths if p not in UNSIGNED
+               and (p in listed or not p.startswith(SITE_MODELS))]
     # Cheap checks first: missing, extra and truncated files before hashing gigabytes.
     sizes = {p: (folder / p).stat().st_size for p in present}
     _precheck(folder, listed, sizes)

@@ -71,11 +71,17 @@ def command() -> None:
 @click.option("--archive", is_flag=True, help="Also pack the folder into OUT.tar.")
 @click.option("--sign-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="stackpin.key to sign manifest.json with (`stackpin keys generate`).")
-@click.option("--with-wheels", is_flag=True, help="Include the locked wheelhouse (source builds).")
+@click.option("--with-wheels", is_flag=True,
+              help="Include what `stackpin build --offline` needs to rebuild the images at the "
+                   "site: the locked wheelhouse, the matrix, the templates, verify/.")
+@click.option("--with-models", is_flag=True,
+              help="Ship the model folders of models/ (each must declare its licence in a "
+                   "README.md model card); without it models/ holds only its README.")
 @click.option("--force", is_flag=True, help="Replace an existing bundle at OUT.")
 @json_option
 def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool,
-           sign_key: Path | None, with_wheels: bool, force: bool, as_json: bool) -> None:
+           sign_key: Path | None, with_wheels: bool, with_models: bool, force: bool,
+           as_json: bool) -> None:
     """Export built images of CELL(s) (default: the CPU default cell) as one bundle.
 
     Every image goes into ONE docker save stream, compressed with zstd and hashed on the
@@ -85,7 +91,8 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
     root = project_root()
     request = bundle_format.ExportRequest(
         selections=selections(cell_ids, variant, root), out_dir=out_dir.absolute(), root=root,
-        archive=archive, sign_key=sign_key, with_wheels=with_wheels, force=force,
+        archive=archive, sign_key=sign_key, with_wheels=with_wheels, with_models=with_models,
+        force=force,
     )
     previous = signal.signal(signal.SIGTERM, _interrupt_on_term)
     started = time.monotonic()
