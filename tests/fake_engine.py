@@ -1,15 +1,23 @@
 """The one fake engine of the unit tests: a daemon in memory that speaks `docker save`.
 
-It implements ``stackpin.engine.Engine``. Images are content-addressed (the ID is the
-digest of the config, whose ``rootfs.diff_ids`` are the layers' digests), ``save`` writes the
-docker-archive layout the daemon writes (a layer shared by several images stored once, a
-layer repeated inside one image linked), and ``load`` reads it back with the daemon's checks.
+It implements ``stackpin.engine.Engine`` as one of three engines (``kind``):
+
+- "docker20": Engine 20.10. The image ID is the config digest; ``save`` writes the
+  docker-archive layout (a layer shared by several images stored once, a layer repeated
+  inside one image linked); ``load`` reads its ``manifest.json``.
+- "classic": Engine 25+ with the classic store. The ID is the config digest; ``save`` writes
+  the OCI layout with uncompressed layers and a ``manifest.json`` into ``blobs/``.
+- "containerd": Engine 25+ with the containerd image store. The ID is the manifest digest;
+  layers are kept and saved gzip-compressed; ``load`` keeps the manifest of an OCI layout and
+  makes one (uncompressed, Docker media types) for a docker-archive.
+
 ``put`` registers an image by a given ``ImageInfo`` where only its metadata matters (a pinned
 base, say); its saved config is synthesised from that info. Every call is recorded.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -46,15 +54,37 @@ def archive_members(data: bytes) -> dict[str, bytes]:
         return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
 
 
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+
+
 @dataclass
 class StoredImage:
     config: bytes
-    layers: list[bytes]
+    layers: list[bytes]  # uncompressed tars
     info: ImageInfo | None = None  # set by ``put``: metadata given, not derived from config
+    manifest: bytes = b""  # the containerd store's manifest (its digest is the image ID)
+    blobs: dict[str, bytes] = field(default_factory=dict)  # layer blobs it names, by digest
+
+
+def gzip_layer(layer: bytes) -> bytes:
+    return gzip.compress(layer, mtime=0)
+
+
+def oci_manifest(config: bytes, blobs: list[bytes], *, media_type: str = OCI_MANIFEST) -> bytes:
+    layer_type = ("application/vnd.oci.image.layer.v1.tar+gzip" if media_type == OCI_MANIFEST
+                  else "application/vnd.docker.image.rootfs.diff.tar")
+    return json.dumps({
+        "schemaVersion": 2, "mediaType": media_type,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": digest(config), "size": len(config)},
+        "layers": [{"mediaType": layer_type, "digest": digest(b), "size": len(b)} for b in blobs],
+    }).encode()
 
 
 @dataclass
 class FakeEngine:
+    kind: str = "docker20"  # "docker20", "classic" or "containerd": see the module docstring
     images: dict[str, StoredImage] = field(default_factory=dict)  # by image ID
     tags: dict[str, str] = field(default_factory=dict)  # reference -> image ID
     run_stdout: str = ""  # what every container run prints
@@ -74,9 +104,18 @@ class FakeEngine:
     def add(self, config: dict[str, Any], layers: list[bytes], tags: Iterable[str] = ()) -> str:
         """Store an image made of ``layers``; its ID is the digest of the resulting config."""
         config = {**config, "rootfs": {"type": "layers", "diff_ids": [digest(x) for x in layers]}}
-        data = json.dumps(config, indent=1).encode()
-        image_id = digest(data)
-        self.images[image_id] = StoredImage(config=data, layers=list(layers))
+        return self._store(json.dumps(config, indent=1).encode(), list(layers), tags)
+
+    def _store(self, config: bytes, layers: list[bytes], tags: Iterable[str],
+               manifest: bytes = b"", blobs: list[bytes] | None = None) -> str:
+        """Keep an image as this kind of engine does; returns its ID."""
+        stored = StoredImage(config=config, layers=layers)
+        if self.kind == "containerd":
+            blobs = [gzip_layer(x) for x in layers] if blobs is None else blobs
+            stored.manifest = manifest or oci_manifest(config, blobs)
+            stored.blobs = {digest(b): b for b in blobs}
+        image_id = digest(stored.manifest or config)
+        self.images[image_id] = stored
         for reference in tags:
             self.tags[reference] = image_id
         return image_id
@@ -97,7 +136,10 @@ class FakeEngine:
     # --- the Engine protocol --------------------------------------------------------
 
     def version(self) -> EngineVersion:
-        return EngineVersion(version="0.0.0-fake", api_version="1.41", os="linux", arch="amd64")
+        version = "20.10.24" if self.kind == "docker20" else "28.5.2"
+        store = "containerd" if self.kind == "containerd" else "classic"
+        return EngineVersion(version=version, api_version="1.41", os="linux", arch="amd64",
+                             store=store)
 
     def _resolve(self, reference: str) -> str | None:
         image_id = self.tags.get(reference, reference)
@@ -180,8 +222,11 @@ class FakeEngine:
             msg = f"the Docker daemon cannot save {', '.join(request.images)}: no such image"
             raise HostEnvironmentError(msg)
         by_id = {i: sorted(n for n in request.images if self.tags.get(n) == i) for i in ids if i}
-        data = save_archive([(self.images[i], tags) for i, tags in by_id.items()],
-                            reverse_manifest=self.reverse_manifest)
+        images = [(self.images[i], tags) for i, tags in by_id.items()]
+        if self.kind == "docker20":
+            data = save_archive(images, reverse_manifest=self.reverse_manifest)
+        else:
+            data = save_oci_layout(images, reverse_manifest=self.reverse_manifest)
         for count, start in enumerate(range(0, len(data), 1 << 16)):
             if self.interrupt_after is not None and count >= self.interrupt_after:
                 raise KeyboardInterrupt
@@ -206,15 +251,66 @@ class FakeEngine:
         image_ids: list[str] = []
         for entry in entries:
             config, layers = files[entry["Config"]], [files[n] for n in entry["Layers"]]
+            manifest, blobs = b"", None
+            if self.kind == "containerd":
+                manifest = _manifest_of(files, digest(config))
+                if manifest:  # an OCI layout: its manifest and blobs are kept as they are
+                    blobs = layers
+                    layers = [gzip.decompress(x) if x[:2] == b"\x1f\x8b" else x for x in layers]
+                else:  # a docker-archive: the store writes a manifest for it
+                    blobs = layers
+                    manifest = oci_manifest(config, layers, media_type=DOCKER_MANIFEST)
             diff_ids = json.loads(config)["rootfs"]["diff_ids"]
             assert diff_ids == [digest(x) for x in layers], "layers do not match the config"
-            image_id = digest(config)
-            self.images[image_id] = StoredImage(config=config, layers=layers)
-            for tag in entry.get("RepoTags") or ():
-                self.tags[tag] = image_id
-            references.extend(entry.get("RepoTags") or (image_id,))
+            tags = entry.get("RepoTags") or ()
+            image_id = self._store(config, layers, tags, manifest, blobs)
+            references.extend(tags or (image_id,))
             image_ids.append(image_id)
         return LoadResult(references=tuple(references), image_ids=tuple(image_ids))
+
+
+def _manifest_of(files: dict[str, bytes], config_digest: str) -> bytes:
+    """The manifest an OCI layout's index.json gives for a config, or b""."""
+    if "index.json" not in files:
+        return b""
+    for descriptor in json.loads(files["index.json"])["manifests"]:
+        manifest = files[f"blobs/sha256/{descriptor['digest'][7:]}"]
+        if json.loads(manifest)["config"]["digest"] == config_digest:
+            return manifest
+    return b""
+
+
+def save_oci_layout(images: list[tuple[StoredImage, list[str]]], *,
+                    reverse_manifest: bool = False) -> bytes:
+    """What Engine 25+ saves: blobs, index.json, manifest.json into blobs/, oci-layout."""
+    out = io.BytesIO()
+    manifest, index = [], []
+    written: set[str] = set()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for stored, tags in images:
+            blobs = list(stored.blobs.values()) if stored.manifest else stored.layers
+            document = stored.manifest or oci_manifest(stored.config, blobs)
+            if stored.manifest:
+                names = [d["digest"] for d in json.loads(document)["layers"]]
+            else:
+                names = [digest(x) for x in stored.layers]
+            by_digest = {digest(b): b for b in blobs}
+            for data in [*(by_digest[n] for n in names), stored.config, document]:
+                if digest(data) not in written:
+                    written.add(digest(data))
+                    _file(tar, f"blobs/sha256/{digest(data)[7:]}", data, mtime=0)
+            index.append({"mediaType": OCI_MANIFEST, "digest": digest(document),
+                          "size": len(document)})
+            manifest.append({"Config": f"blobs/sha256/{digest(stored.config)[7:]}",
+                             "RepoTags": tags or None,
+                             "Layers": [f"blobs/sha256/{n[7:]}" for n in names]})
+        if reverse_manifest:
+            manifest.reverse()
+        _file(tar, "index.json", json.dumps({"schemaVersion": 2, "manifests": index}).encode(),
+              mtime=0)
+        _file(tar, "manifest.json", json.dumps(manifest).encode() + b"\n", mtime=0)
+        _file(tar, "oci-layout", b'{"imageLayoutVersion":"1.0.0"}', mtime=0)
+    return out.getvalue()
 
 
 def save_archive(images: list[tuple[StoredImage, list[str]]], *,

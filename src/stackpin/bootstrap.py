@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import io
 import json
 import os
 import shutil
 import subprocess
-import tarfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
 from stackpin.engine import Engine, ImageInfo, digest_matches
+from stackpin.engine.save_format import image_layout
 from stackpin.errors import BuildError, ConfigurationError, HostEnvironmentError, ValidationError
 from stackpin.matrix import Cell
 from stackpin.wheelhouse import sha256_file
@@ -69,7 +68,6 @@ IMAGE_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 IMAGE_CMD = ("/bin/bash",)
 DIGEST_LABEL = "io.stackpin.bootstrap-digest"
 CLEANUP_TIMEOUT_S = 120
-_CHUNK = 1 << 20
 
 
 def _ignore(_line: str) -> None:
@@ -174,31 +172,6 @@ def image_config(req: BootstrapRequest, *, diff_id: str) -> bytes:
     return _canonical(config)
 
 
-def image_archive_chunks(
-    rootfs: Path, *, config: bytes, reference: str, diff_id: str, mtime: int
-) -> Iterator[bytes]:
-    """A ``docker save`` archive of the one-layer image, streamed without a temp copy."""
-    config_name = f"{hashlib.sha256(config).hexdigest()}.json"
-    layer_name = f"{diff_id.removeprefix('sha256:')}/layer.tar"
-    manifest = [{"Config": config_name, "RepoTags": [reference], "Layers": [layer_name]}]
-    yield from _member(config_name, io.BytesIO(config), len(config), mtime)
-    manifest_bytes = _canonical(manifest)
-    yield from _member("manifest.json", io.BytesIO(manifest_bytes), len(manifest_bytes), mtime)
-    with rootfs.open("rb") as layer:
-        yield from _member(layer_name, layer, rootfs.stat().st_size, mtime)
-    yield b"\0" * (2 * tarfile.BLOCKSIZE)  # end-of-archive marker
-
-
-def _member(name: str, data: IO[bytes], size: int, mtime: int) -> Iterator[bytes]:
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = size, mtime, 0o644
-    yield info.tobuf(format=tarfile.USTAR_FORMAT)
-    while chunk := data.read(_CHUNK):
-        yield chunk
-    if size % tarfile.BLOCKSIZE:
-        yield b"\0" * (tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)
-
-
 def _canonical(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
@@ -301,14 +274,9 @@ def load_rootfs(engine: Engine, req: BootstrapRequest, rootfs: Path) -> ImageInf
     """Load the cached rootfs as the image ``base_reference(req)``."""
     reference = base_reference(req)
     diff_id = f"sha256:{sha256_file(rootfs)}"
-    chunks = image_archive_chunks(
-        rootfs,
-        config=image_config(req, diff_id=diff_id),
-        reference=reference,
-        diff_id=diff_id,
-        mtime=req.source_date_epoch,
-    )
-    engine.load(chunks)
+    layout = image_layout(image_config(req, diff_id=diff_id), [(diff_id, rootfs)],
+                          tags=(reference,), mtime=req.source_date_epoch)
+    engine.load(layout.chunks)
     info = engine.image_info(reference)
     if info is None:
         msg = f"the Docker daemon loaded {rootfs} but has no {reference}; see `docker images`"

@@ -15,7 +15,10 @@ with the same tags. Layers taken from the base image are inputs pinned by digest
 passed through byte for byte; a layer that is already normal comes out identical, so its
 digest (and the daemon's copy of it) stays the same.
 
-Everything streams through files in a temporary folder: a layer can hold 1.5 GB.
+Everything streams through files in a temporary folder: a layer can hold 1.5 GB. The save
+stream may be either layout (``stackpin.engine.save_format``); the normalised image is loaded
+as an OCI layout, so its ID is known beforehand on both stores: the config digest on the
+classic store, the manifest digest on the containerd image store.
 """
 
 from __future__ import annotations
@@ -24,20 +27,21 @@ import contextlib
 import copy
 import hashlib
 import io
+import itertools
 import json
 import os
-import posixpath
 import shutil
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
 from stackpin.engine import Engine, SaveRequest, chunk_stream
+from stackpin.engine.save_format import ImageLayout, image_layout, read_save
 from stackpin.errors import BuildError
 
 # Bump when the rewrite rules change: cached raw -> normalised mappings then go stale.
@@ -303,78 +307,25 @@ class SavedImage:
 
 
 def unpack_save(stream: IO[bytes], folder: Path) -> SavedImage:
-    """Spool a one-image ``docker save`` stream: layers to files (hashed), JSON in memory."""
-    digests: dict[str, str] = {}
-    paths: dict[str, Path] = {}
-    aliases: dict[str, str] = {}
-    documents: dict[str, bytes] = {}
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
-        for member in tar:
-            if member.name.endswith("/layer.tar") and member.issym():
-                # docker save stores a layer listed twice once, plus a relative link.
-                parent = member.name.rpartition("/")[0]
-                aliases[member.name] = posixpath.normpath(f"{parent}/{member.linkname}")
-            elif member.name.endswith("/layer.tar") and member.isfile():
-                path = folder / f"in-{len(paths)}.tar"
-                data = tar.extractfile(member)
-                assert data is not None
-                digests[member.name] = _copy_hashed(data, path)
-                paths[member.name] = path
-            elif member.name.endswith(".json") and member.isfile():
-                data = tar.extractfile(member)
-                assert data is not None
-                documents[member.name] = data.read()
-    manifest = json.loads(documents.get("manifest.json", b"[]"))
-    if len(manifest) != 1:
-        msg = f"docker save gave {len(manifest)} images where one was asked for"
+    """Spool a one-image ``docker save`` stream (either layout): layers to files, uncompressed."""
+    count = itertools.count()
+
+    def spool(data: IO[bytes]) -> Path:
+        path = folder / f"in-{next(count)}.tar"
+        with path.open("wb") as out:
+            shutil.copyfileobj(data, out, _CHUNK)
+        return path
+
+    contents = read_save(stream, spool)
+    if len(contents.entries) != 1:
+        msg = f"docker save gave {len(contents.entries)} images where one was asked for"
         raise BuildError(msg)
-    config = json.loads(documents[manifest[0]["Config"]])
-    names = [aliases.get(n, n) for n in manifest[0]["Layers"]]
-    layers = tuple(paths[n] for n in names)
+    layers = contents.layers_of(contents.entries[0])
     return SavedImage(
-        config=config, layers=layers, layer_digests={paths[n]: digests[n] for n in paths}
+        config=contents.entries[0].config,
+        layers=tuple(layer.value for layer in layers),
+        layer_digests={layer.value: layer.diff_id for layer in contents.layers.values()},
     )
-
-
-def _copy_hashed(data: IO[bytes], path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("wb") as out:
-        while chunk := data.read(_CHUNK):
-            digest.update(chunk)
-            out.write(chunk)
-    return f"sha256:{digest.hexdigest()}"
-
-
-def archive_chunks(config: bytes, layers: Sequence[tuple[str, Path]]) -> Iterator[bytes]:
-    """A ``docker save`` archive (manifest, config, layers) streamed from files.
-
-    Untagged on purpose: the caller tags after the load, also when the daemon already
-    holds the image and the load is skipped.
-    """
-    config_name = f"{hashlib.sha256(config).hexdigest()}.json"
-    names: list[str] = []
-    written: set[str] = set()
-    for diff_id, path in layers:
-        name = f"{diff_id.removeprefix('sha256:')}/layer.tar"
-        names.append(name)
-        if name not in written:
-            written.add(name)
-            with path.open("rb") as data:
-                yield from _member(name, data, path.stat().st_size)
-    yield from _member(config_name, io.BytesIO(config), len(config))
-    manifest = canonical_json([{"Config": config_name, "RepoTags": [], "Layers": names}])
-    yield from _member("manifest.json", io.BytesIO(manifest), len(manifest))
-    yield b"\0" * (2 * tarfile.BLOCKSIZE)
-
-
-def _member(name: str, data: IO[bytes], size: int) -> Iterator[bytes]:
-    info = tarfile.TarInfo(name)
-    info.size, info.mode = size, 0o644
-    yield info.tobuf(format=tarfile.USTAR_FORMAT)
-    while chunk := data.read(_CHUNK):
-        yield chunk
-    if size % tarfile.BLOCKSIZE:
-        yield b"\0" * (tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)
 
 
 # --- the engine side -----------------------------------------------------------------
@@ -435,16 +386,19 @@ def normalize_image(
         config = normalize_config(
             saved.config, diff_ids=[o.diff_id for o in outcomes], source_date_epoch=epoch
         )
-        image_id = f"sha256:{hashlib.sha256(config).hexdigest()}"
-        if engine.image_info(image_id) is None:
-            on_line(f"normalize: loading {image_id[7:19]}")
-            loaded = engine.load(archive_chunks(config, list(zip(
-                [o.diff_id for o in outcomes], files, strict=True
-            ))))
-            if image_id not in loaded.image_ids:
+        layout = image_layout(config, list(zip(
+            [o.diff_id for o in outcomes], files, strict=True
+        )))
+        image_id = _present_id(engine, layout)
+        if not image_id:
+            on_line(f"normalize: loading {layout.config_digest[7:19]}")
+            loaded = engine.load(layout.chunks)
+            image_id = next((i for i in loaded.image_ids if layout.is_image(i)), "")
+            if not image_id:
                 msg = (
                     f"the daemon loaded {', '.join(loaded.image_ids) or 'nothing'} instead of "
-                    f"the normalised {image_id}; rebuild with --no-normalize and report this"
+                    f"the normalised {layout.config_digest}; rebuild with --no-normalize and "
+                    "report this"
                 )
                 raise BuildError(msg)
     for reference in request.tags:
@@ -453,6 +407,15 @@ def normalize_image(
     return NormalizeResult(image_id=image_id, source_image_id=source.id, tags=request.tags,
                            seconds=round(time.monotonic() - started, 2), reused=False,
                            layers=tuple(outcomes))
+
+
+def _present_id(engine: Engine, layout: ImageLayout) -> str:
+    """The ID of the normalised image when the daemon holds it already (either store)."""
+    for candidate in (layout.config_digest, layout.manifest_digest):
+        info = engine.image_info(candidate)
+        if info is not None and layout.is_image(info.id):
+            return info.id
+    return ""
 
 
 def sweep_stale(work_dir: Path) -> None:

@@ -11,7 +11,6 @@ temp files, nothing held but the summaries.
 from __future__ import annotations
 
 import hashlib
-import json
 import tarfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -21,6 +20,7 @@ from typing import IO, Any, Literal
 
 from stackpin.build import BuildPlan, stage
 from stackpin.engine import Engine, SaveRequest, chunk_stream
+from stackpin.engine.save_format import read_save
 from stackpin.errors import HostEnvironmentError
 from stackpin.normalize import NormalizeRequest, normalize_image
 
@@ -305,42 +305,15 @@ def differing_paths(report: RebuildReport) -> list[str]:
 # --- reading images from the daemon --------------------------------------------------
 
 
-class _HashingReader:
-    """Reads through a file object while hashing (the layer's diff_id)."""
-
-    def __init__(self, inner: IO[bytes]) -> None:
-        self._inner = inner
-        self.sha256 = hashlib.sha256()
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._inner.read(size)
-        self.sha256.update(data)
-        return data
-
-
 def snapshot_images(engine: Engine, image_ids: Sequence[str]) -> dict[str, ImageSnapshot]:
     """Configs and layer summaries of several images from one ``docker save`` stream."""
-    configs: dict[str, Mapping[str, Any]] = {}
-    layers: dict[str, dict[str, MemberSummary]] = {}
     stream = chunk_stream(engine.save(SaveRequest(images=tuple(image_ids))))
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
-        for member in tar:
-            if not member.isfile():
-                continue
-            data = tar.extractfile(member)
-            assert data is not None
-            if member.name.endswith("/layer.tar"):
-                reader = _HashingReader(data)
-                summary = summarize_layer(reader)  # type: ignore[arg-type]
-                while reader.read(_CHUNK):  # the tar's end padding counts for the digest
-                    pass
-                layers[f"sha256:{reader.sha256.hexdigest()}"] = summary
-            elif member.name.endswith(".json") and member.name != "manifest.json" and (
-                "/" not in member.name
-            ):
-                configs[f"sha256:{member.name.removesuffix('.json')}"] = json.loads(data.read())
+    contents = read_save(stream, summarize_layer)
+    layers = {layer.diff_id: layer.value for layer in contents.layers.values()}
     return {
-        image_id: ImageSnapshot(image_id=image_id, config=configs[image_id], layers=layers)
+        image_id: ImageSnapshot(
+            image_id=image_id, config=contents.entry_for(image_id).config, layers=layers
+        )
         for image_id in image_ids
     }
 

@@ -13,10 +13,10 @@ import pytest
 from tests.fake_engine import FakeEngine
 
 from stackpin.engine import chunk_stream
+from stackpin.engine.save_format import image_layout
 from stackpin.errors import BuildError
 from stackpin.normalize import (
     NormalizeRequest,
-    archive_chunks,
     is_timestamp_pyc,
     normalize_config,
     normalize_image,
@@ -302,6 +302,10 @@ def test_the_epoch_comes_from_the_label():
 # --- the whole image, through a fake engine ------------------------------------------
 
 
+# Engine 20.10, Engine 25+ on the classic store and on the containerd image store.
+ENGINE_KINDS = ["docker20", "classic", "containerd"]
+
+
 def built_image(engine: FakeEngine, *, container: str, mtime: int) -> tuple[str, bytes]:
     base = layer_tar([member("etc", None, mtime=LATER), member("etc/os-release", b"debian",
                                                                 mtime=LATER)])
@@ -317,8 +321,9 @@ def base_diff(base: bytes) -> frozenset[str]:
     return frozenset({f"sha256:{hashlib.sha256(base).hexdigest()}"})
 
 
-def test_two_builds_normalise_to_one_image_id(tmp_path: Path):
-    engine = FakeEngine()
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_two_builds_normalise_to_one_image_id(tmp_path: Path, kind: str):
+    engine = FakeEngine(kind=kind)
     first, base = built_image(engine, container="a" * 64, mtime=LATER)
     second, _ = built_image(engine, container="b" * 64, mtime=LATER + 77)
     assert first != second
@@ -335,8 +340,9 @@ def test_two_builds_normalise_to_one_image_id(tmp_path: Path):
     assert list((tmp_path / "work").iterdir()) == []  # temp folders removed
 
 
-def test_base_layers_pass_through_and_duplicates_stay_shared(tmp_path: Path):
-    engine = FakeEngine()
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_base_layers_pass_through_and_duplicates_stay_shared(tmp_path: Path, kind: str):
+    engine = FakeEngine(kind=kind)
     raw, base = built_image(engine, container="c" * 64, mtime=LATER)
     result = normalize_image(engine, NormalizeRequest(
         image=raw, tags=("t:1",), keep_diff_ids=base_diff(base), work_dir=tmp_path))
@@ -351,8 +357,9 @@ def test_base_layers_pass_through_and_duplicates_stay_shared(tmp_path: Path):
     assert json.loads(config)["created"] == "2025-01-01T00:00:00Z"
 
 
-def test_normalising_a_normal_image_changes_nothing(tmp_path: Path):
-    engine = FakeEngine()
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_normalising_a_normal_image_changes_nothing(tmp_path: Path, kind: str):
+    engine = FakeEngine(kind=kind)
     raw, base = built_image(engine, container="d" * 64, mtime=LATER)
     req = NormalizeRequest(image=raw, tags=("t:1",), keep_diff_ids=base_diff(base), work_dir=tmp_path)
     first = normalize_image(engine, req)
@@ -362,8 +369,9 @@ def test_normalising_a_normal_image_changes_nothing(tmp_path: Path):
     assert {o.action for o in again.layers} == {"kept", "unchanged"}
 
 
-def test_a_warm_rebuild_reuses_the_cached_result_without_saving(tmp_path: Path):
-    engine = FakeEngine()
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_a_warm_rebuild_reuses_the_cached_result_without_saving(tmp_path: Path, kind: str):
+    engine = FakeEngine(kind=kind)
     raw, base = built_image(engine, container="e" * 64, mtime=LATER)
     req = NormalizeRequest(image=raw, tags=("t:1",), keep_diff_ids=base_diff(base),
                            work_dir=tmp_path / "w", cache_dir=tmp_path / "cache")
@@ -390,7 +398,7 @@ def test_archive_round_trips_through_unpack(tmp_path: Path):
     diff_id = f"sha256:{hashlib.sha256(layer.read_bytes()).hexdigest()}"
     config = normalize_config(raw_config("x", "c", "p"), diff_ids=[diff_id, diff_id],
                               source_date_epoch=SDE)
-    stream = chunk_stream(archive_chunks(config, [(diff_id, layer), (diff_id, layer)]))
+    stream = chunk_stream(image_layout(config, [(diff_id, layer), (diff_id, layer)]).chunks)
     (tmp_path / "u").mkdir()
     saved = unpack_save(stream, tmp_path / "u")
     assert saved.config == json.loads(config)

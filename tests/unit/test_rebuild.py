@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import CPU_CELL
 from tests.fake_engine import FakeEngine
-from tests.unit.test_normalize import LATER, SDE, layer_tar, member, raw_config
+from tests.unit.test_normalize import ENGINE_KINDS, LATER, SDE, layer_tar, member, raw_config
 
 import stackpin.rebuild as rebuild_module
 from stackpin.build import plan
@@ -215,15 +215,16 @@ def existing_image(engine: FakeEngine, cpu_plan, tmp_path: Path) -> str:
         work_dir=tmp_path)).image_id
 
 
-def base_engine() -> tuple[FakeEngine, str]:
+def base_engine(kind: str = "docker20") -> tuple[FakeEngine, str]:
     base = layer_tar([member("etc/os-release", b"debian", mtime=SDE)])
-    engine = FakeEngine(recipe=Builds(base))
+    engine = FakeEngine(kind=kind, recipe=Builds(base))
     base_id = engine.add(raw_config("2025", "0" * 64, ""), [base])
     return engine, base_id
 
 
-def test_a_deterministic_rebuild_passes_and_leaves_nothing(cpu_plan, tmp_path: Path):
-    engine, base_id = base_engine()
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_a_deterministic_rebuild_passes_and_leaves_nothing(cpu_plan, tmp_path: Path, kind):
+    engine, base_id = base_engine(kind)
     existing = existing_image(engine, cpu_plan, tmp_path)
     tags_before = dict(engine.tags)
     report = check_rebuild(engine, cpu_plan, root=tmp_path, base_id=base_id, on_line=print)
@@ -236,8 +237,9 @@ def test_a_deterministic_rebuild_passes_and_leaves_nothing(cpu_plan, tmp_path: P
     assert len(engine.removed) == 2  # the temporary tag and the rebuild's raw image
 
 
-def test_an_injected_timestamp_is_named_and_the_rebuild_removed(cpu_plan, tmp_path: Path):
-    engine, base_id = base_engine()
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_an_injected_timestamp_is_named_and_the_rebuild_removed(cpu_plan, tmp_path: Path, kind):
+    engine, base_id = base_engine(kind)
     existing = existing_image(engine, cpu_plan, tmp_path)
     engine.recipe.verify_content = b"1796011797123456789"
     report = check_rebuild(engine, cpu_plan, root=tmp_path, base_id=base_id, on_line=print)

@@ -45,6 +45,7 @@ from stackpin.engine.types import (
     RunResult,
     SaveRequest,
     image_info_from_inspect,
+    store_of,
 )
 from stackpin.errors import HostEnvironmentError
 
@@ -227,6 +228,7 @@ class DockerEngine:
             api_version=str(data.get("ApiVersion", "")),
             os=str(data.get("Os", "")),
             arch=str(data.get("Arch", "")),
+            store=store_of(self._api.info()),
         )
 
     # images ---------------------------------------------------------------------------

@@ -128,6 +128,19 @@ class EngineVersion:
     api_version: str
     os: str
     arch: str
+    # "classic" (graph drivers; an image is named by its config digest) or "containerd"
+    # (the containerd image store; an image is named by its manifest digest).
+    store: str = "classic"
+
+    def image_id(self, *, config_digest: str, manifest_digest: str) -> str:
+        """The ID this engine gives an image: identity is defined per store."""
+        return manifest_digest if self.store == "containerd" else config_digest
+
+
+def store_of(info: Mapping[str, Any]) -> str:
+    """The image store named by the daemon's ``/info`` document."""
+    status = {str(k): str(v) for k, v in info.get("DriverStatus") or ()}
+    return "containerd" if "containerd" in status.get("driver-type", "") else "classic"
 
 
 def image_info_from_inspect(data: Mapping[str, Any]) -> ImageInfo:

@@ -1,0 +1,302 @@
+"""``docker save`` archives in both layouts: one streaming reader, one writer (no SDK).
+
+- docker-archive (Engine before 25): ``<hex>.json`` configs, ``<dir>/layer.tar`` layers (a
+  layer listed twice in one image is stored once plus a symlink) and ``manifest.json``.
+- OCI image layout (Engine 25 and later, both stores): ``oci-layout``, ``index.json`` and
+  ``blobs/sha256/<hex>`` for manifests, configs and layers (gzip-compressed on the containerd
+  image store), plus a ``manifest.json`` whose paths point into ``blobs/``.
+
+The reader detects the layout. In both, ``manifest.json`` comes after the layers, so what
+a member is can only be known at the end: each file is sniffed instead (JSON documents
+start with ``{`` or ``[``, gzip with 1f 8b, zstd with 28 b5 2f fd), layers are handed to the
+caller uncompressed while their diff_id is hashed, and documents are kept in memory.
+
+Image identity depends on the store, not on the layout: the classic store names an image by
+its config digest, the containerd store by its manifest digest. The writer emits the OCI
+layout with a ``manifest.json`` beside it (as Engine 25+ does): Engine 20.10 reads the
+latter, every later engine the former, and both digests are known before the load.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import posixpath
+import tarfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Generic, Literal, TypeVar
+
+import zstandard
+
+from stackpin.errors import HostEnvironmentError
+
+T = TypeVar("T")
+CHUNK = 1 << 20
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+MAX_DOCUMENT = 64 << 20  # a config or manifest larger than this is not one
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
+Layout = Literal["docker-archive", "oci"]
+
+
+def sha256_digest(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+# --- reading --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavedLayer(Generic[T]):
+    diff_id: str  # digest of the uncompressed tar
+    compression: str  # "", "gzip" or "zstd": how the archive carried it
+    value: T  # what the caller's on_layer made of it
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavedEntry:
+    """One image of the archive (an entry of its ``manifest.json``)."""
+
+    config: Mapping[str, Any]
+    config_digest: str
+    manifest_digest: str  # its OCI manifest; "" in a docker-archive
+    repo_tags: tuple[str, ...]
+    layer_members: tuple[str, ...]  # member names in config order, links resolved
+
+    def is_image(self, image_id: str) -> bool:
+        """Whether an engine's image ID names this entry, on either store."""
+        return image_id in (self.config_digest, self.manifest_digest)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaveContents(Generic[T]):
+    layout: Layout
+    entries: tuple[SavedEntry, ...]
+    layers: Mapping[str, SavedLayer[T]]  # by member name
+
+    def entry_for(self, image_id: str) -> SavedEntry:
+        for entry in self.entries:
+            if entry.is_image(image_id):
+                return entry
+        msg = f"the save archive holds no image {image_id}; check it with `docker images`"
+        raise HostEnvironmentError(msg)
+
+    def layers_of(self, entry: SavedEntry) -> tuple[SavedLayer[T], ...]:
+        return tuple(self.layers[name] for name in entry.layer_members)
+
+
+class _Hashing(io.RawIOBase):
+    """Reads through a file object while hashing what passes (the layer's diff_id)."""
+
+    def __init__(self, inner: IO[bytes]) -> None:
+        self._inner = inner
+        self.sha256 = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._inner.read(len(buffer))
+        self.sha256.update(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _uncompressed(data: IO[bytes], head: bytes) -> tuple[IO[bytes], str]:
+    if head.startswith(GZIP_MAGIC):
+        return gzip.GzipFile(fileobj=data, mode="rb"), "gzip"  # type: ignore[return-value]
+    if head.startswith(ZSTD_MAGIC):
+        return zstandard.ZstdDecompressor().stream_reader(data), "zstd"
+    return data, ""
+
+
+def _is_layer(member: tarfile.TarInfo, head: bytes) -> bool:
+    """docker-archive layers are named so; an OCI blob is a layer unless it is JSON."""
+    if member.name.endswith("/layer.tar"):
+        return True
+    is_document = head[:1] in (b"{", b"[") and member.size <= MAX_DOCUMENT
+    return member.name.startswith("blobs/") and not is_document
+
+
+def _read_layer(data: IO[bytes], on_layer: Callable[[IO[bytes]], T]) -> SavedLayer[T]:
+    raw, compression = _uncompressed(data, data.peek(4)[:4])  # type: ignore[attr-defined]
+    hashing = _Hashing(raw)
+    reader = io.BufferedReader(hashing, buffer_size=CHUNK)
+    value = on_layer(reader)
+    while reader.read(CHUNK):  # what on_layer left (the tar's end padding) counts too
+        pass
+    diff_id = f"sha256:{hashing.sha256.hexdigest()}"
+    return SavedLayer(diff_id=diff_id, compression=compression, value=value)
+
+
+def read_save(stream: IO[bytes], on_layer: Callable[[IO[bytes]], T]) -> SaveContents[T]:
+    """Read a ``docker save`` stream of either layout; ``on_layer`` reads each layer tar."""
+    documents: dict[str, bytes] = {}
+    layers: dict[str, SavedLayer[T]] = {}
+    links: dict[str, str] = {}
+    try:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            for member in tar:
+                if member.issym():
+                    parent = posixpath.dirname(member.name)
+                    links[member.name] = posixpath.normpath(posixpath.join(parent, member.linkname))
+                elif member.islnk():
+                    links[member.name] = member.linkname
+                elif member.isfile():
+                    data = tar.extractfile(member)
+                    assert data is not None
+                    if _is_layer(member, data.peek(4)[:4]):  # type: ignore[attr-defined]
+                        layers[member.name] = _read_layer(data, on_layer)
+                    elif member.size <= MAX_DOCUMENT:
+                        documents[member.name] = data.read()
+    except (tarfile.TarError, OSError, EOFError, zstandard.ZstdError) as exc:
+        msg = f"the Docker daemon sent a save stream that cannot be read ({exc})"
+        raise HostEnvironmentError(msg) from None
+    return _contents(documents, layers, links)
+
+
+def _contents(
+    documents: Mapping[str, bytes], layers: Mapping[str, SavedLayer[T]], links: Mapping[str, str]
+) -> SaveContents[T]:
+    if "manifest.json" not in documents:
+        msg = "the save stream has no manifest.json: it is not a `docker save` archive"
+        raise HostEnvironmentError(msg)
+    layout: Layout = "oci" if "index.json" in documents else "docker-archive"
+    manifests = _manifest_digests(documents) if layout == "oci" else {}
+    entries = []
+    for item in json.loads(documents["manifest.json"]):
+        config_bytes = documents[item["Config"]]
+        config_digest = sha256_digest(config_bytes)
+        members = tuple(links.get(name, name) for name in item["Layers"])
+        missing = [name for name in members if name not in layers]
+        if missing:
+            msg = f"the save stream lacks the layer {missing[0]} that manifest.json lists"
+            raise HostEnvironmentError(msg)
+        entries.append(SavedEntry(
+            config=json.loads(config_bytes), config_digest=config_digest,
+            manifest_digest=manifests.get(config_digest, ""),
+            repo_tags=tuple(item.get("RepoTags") or ()), layer_members=members,
+        ))
+    return SaveContents(layout=layout, entries=tuple(entries), layers=dict(layers))
+
+
+def _manifest_digests(documents: Mapping[str, bytes]) -> dict[str, str]:
+    """Config digest -> manifest digest, from index.json (one level of nested index too)."""
+    found: dict[str, str] = {}
+    pending = list(json.loads(documents["index.json"]).get("manifests") or ())
+    while pending:
+        descriptor = pending.pop()
+        blob = documents.get(f"blobs/sha256/{descriptor['digest'].removeprefix('sha256:')}")
+        if blob is None:
+            continue
+        document = json.loads(blob)
+        if descriptor.get("mediaType") == OCI_INDEX or "manifests" in document:
+            pending.extend(document.get("manifests") or ())
+        elif "config" in document:
+            found[document["config"]["digest"]] = descriptor["digest"]
+    return found
+
+
+# --- writing --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageLayout:
+    """A one-image archive to load, and the two IDs it will have."""
+
+    config_digest: str  # the image ID on the classic store (and Engine 20.10)
+    manifest_digest: str  # the image ID on the containerd image store
+    chunks: Iterator[bytes]
+
+    def is_image(self, image_id: str) -> bool:
+        return image_id in (self.config_digest, self.manifest_digest)
+
+
+def image_layout(
+    config: bytes,
+    layers: Sequence[tuple[str, Path]],
+    *,
+    tags: Sequence[str] = (),
+    mtime: int = 0,
+) -> ImageLayout:
+    """The OCI layout (plus ``manifest.json``) of one image whose layers are tar files.
+
+    ``layers`` are (diff_id, path) pairs in config order; a layer listed twice is stored
+    once. Layers go uncompressed: the digest of each blob is its diff_id.
+    """
+    descriptors = [
+        {"mediaType": OCI_LAYER, "digest": diff_id, "size": path.stat().st_size}
+        for diff_id, path in layers
+    ]
+    manifest = canonical_bytes({
+        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": sha256_digest(config), "size": len(config)},
+        "layers": descriptors,
+    })
+    manifest_digest = sha256_digest(manifest)
+    index = canonical_bytes({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
+        {"mediaType": OCI_MANIFEST, "digest": manifest_digest, "size": len(manifest),
+         **({"annotations": _name_annotations(tags[0])} if tags else {})}
+    ]})
+    return ImageLayout(
+        config_digest=sha256_digest(config),
+        manifest_digest=manifest_digest,
+        chunks=_layout_chunks(config, manifest, index, layers, tags, mtime),
+    )
+
+
+def _name_annotations(reference: str) -> dict[str, str]:
+    name = reference if "/" in reference.split(":")[0] else f"library/{reference}"
+    full = name if "." in name.split("/")[0] else f"docker.io/{name}"
+    return {"io.containerd.image.name": full,
+            "org.opencontainers.image.ref.name": reference.rpartition(":")[2]}
+
+
+def _blob(digest: str) -> str:
+    return f"blobs/sha256/{digest.removeprefix('sha256:')}"
+
+
+def _layout_chunks(
+    config: bytes, manifest: bytes, index: bytes, layers: Sequence[tuple[str, Path]],
+    tags: Sequence[str], mtime: int,
+) -> Iterator[bytes]:
+    written: set[str] = set()
+    for diff_id, path in layers:
+        if diff_id not in written:
+            written.add(diff_id)
+            with path.open("rb") as data:
+                yield from tar_member(_blob(diff_id), data, path.stat().st_size, mtime=mtime)
+    for document in (config, manifest):
+        yield from tar_member(_blob(sha256_digest(document)), io.BytesIO(document),
+                              len(document), mtime=mtime)
+    docker_manifest = canonical_bytes([{
+        "Config": _blob(sha256_digest(config)), "RepoTags": list(tags),
+        "Layers": [_blob(diff_id) for diff_id, _ in layers],
+    }])
+    layout = b'{"imageLayoutVersion":"1.0.0"}'
+    for name, document in (("index.json", index), ("manifest.json", docker_manifest),
+                           ("oci-layout", layout)):
+        yield from tar_member(name, io.BytesIO(document), len(document), mtime=mtime)
+    yield b"\0" * (2 * tarfile.BLOCKSIZE)  # end-of-archive marker
+
+
+def canonical_bytes(value: object) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def tar_member(name: str, data: IO[bytes], size: int, *, mtime: int = 0) -> Iterator[bytes]:
+    """One regular file of a tar stream: header, the data read in chunks, padding."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = size, mtime, 0o644
+    yield info.tobuf(format=tarfile.USTAR_FORMAT)
+    while chunk := data.read(CHUNK):
+        yield chunk
+    if size % tarfile.BLOCKSIZE:
+        yield b"\0" * (tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)
