@@ -3,6 +3,8 @@
 # tests shellcheck, chromium and chromedriver), a running Docker daemon, and the project's
 # virtual environment with stackpin installed.
 # Safe to run again: each step is skipped when already done. One line per step.
+# --engines: also the engine matrix (Docker 28, classic and containerd image stores, beside
+# the default engine; scripts/setup-engines.sh). The README's command 1 needs one engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,4 +58,8 @@ if ! .venv/bin/python -c 'import stackpin, pytest, mypy, torch, transformers' >/
     touch .venv/.stackpin-installed
 else
     say "stackpin installed in .venv"
+fi
+
+if [ "${1:-}" = --engines ]; then
+    bash scripts/setup-engines.sh
 fi

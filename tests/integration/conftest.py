@@ -2,11 +2,18 @@
 
 Without a daemon these tests skip with the reason, unless STACKPIN_REQUIRE_DOCKER=1 (set
 by .ci/run), where a missing daemon is a failure: CI must not go green by skipping.
+
+The engine matrix: tests that take ``matrix_engine`` (and ``matrix_base``) run once per
+engine of STACKPIN_ENGINES, "NAME=DOCKER_HOST" words (.ci/run sets it from
+`scripts/setup-engines.sh --print-hosts`: Docker 20.10, Docker 28 with the classic store,
+Docker 28 with the containerd image store). Unset, they run on the default engine only;
+under CI=true unset means the whole matrix, and an engine that does not answer fails.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +46,41 @@ def docker_engine() -> Iterator[DockerEngine]:
         _unavailable(exc.message)
     with engine:
         yield engine
+
+
+def matrix_hosts() -> list[tuple[str, str]]:
+    """(name, DOCKER_HOST) of every engine the matrix tests run on."""
+    words = os.environ.get("STACKPIN_ENGINES", "").split()
+    if not words and os.environ.get("CI") == "true":
+        words = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "setup-engines.sh"), "--print-hosts"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()
+    if not words:
+        words = [f"default={os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}"]
+    return [(name, host) for name, _, host in (word.partition("=") for word in words)]
+
+
+@pytest.fixture(scope="session", params=matrix_hosts(), ids=lambda pair: pair[0])
+def matrix_engine(request: pytest.FixtureRequest) -> Iterator[DockerEngine]:
+    """Each engine of the matrix in turn (see the module docstring)."""
+    name, host = request.param
+    try:
+        engine = DockerEngine.connect(environ={**os.environ, "DOCKER_HOST": host})
+    except StackpinError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but engine {name} is missing: {exc.message}", pytrace=False)
+        _unavailable(exc.message)
+    with engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def matrix_base(
+    matrix_engine: DockerEngine, cpu_bootstrap: BootstrapRequest, base_cache_dir: Path
+) -> str:
+    """The CPU default's bootstrapped base in the matrix engine (loaded at most once)."""
+    return bootstrap_image(matrix_engine, cpu_bootstrap, cache_dir=base_cache_dir, on_line=print)
 
 
 @pytest.fixture(scope="session")

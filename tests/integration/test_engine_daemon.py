@@ -14,10 +14,29 @@ from dataclasses import replace
 import pytest
 
 from stackpin.bootstrap import base_reference, load_rootfs, rootfs_path
-from stackpin.engine import BindMount, BuildRequest, RunRequest, SaveRequest
+from stackpin.engine import BindMount, BuildRequest, RunRequest, SaveRequest, chunk_stream
+from stackpin.engine.docker_api import DockerEngine
+from stackpin.engine.save_format import image_layout, read_save
 from stackpin.errors import BuildError, HostEnvironmentError
 
 pytestmark = pytest.mark.docker
+
+
+# Every test here runs on each engine of the matrix (conftest.matrix_engine).
+@pytest.fixture
+def docker_engine(matrix_engine: DockerEngine) -> DockerEngine:
+    return matrix_engine
+
+
+@pytest.fixture
+def cpu_base(matrix_base: str) -> str:
+    return matrix_base
+
+
+def _docker(engine: DockerEngine, *args: str) -> str:
+    """The docker CLI against the engine under test (the witness of what is left behind)."""
+    return subprocess.run(["docker", "-H", engine.url, *args], capture_output=True, text=True,
+                          check=True).stdout
 
 
 def _context(tmp_path, dockerfile: str):
@@ -46,21 +65,13 @@ def cleanup_images(docker_engine):
         docker_engine.remove_image(reference, force=True)
 
 
-def _stackpin_containers() -> list[str]:
-    # The docker CLI, not the engine under test, is the witness of what is left behind.
-    out = subprocess.run(
-        ["docker", "ps", "-a", "--filter", "name=stackpin-", "--format", "{{.Names}}"],
-        capture_output=True, text=True, check=True,
-    ).stdout
+def _stackpin_containers(engine: DockerEngine) -> list[str]:
+    out = _docker(engine, "ps", "-a", "--filter", "name=stackpin-", "--format", "{{.Names}}")
     return sorted(n for n in out.split() if n.startswith("stackpin-"))
 
 
-def _marked_containers(marker: str) -> list[str]:
-    # The docker CLI, not the engine under test, is the witness of what is left behind.
-    out = subprocess.run(
-        ["docker", "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Command}}"],
-        capture_output=True, text=True, check=True,
-    ).stdout
+def _marked_containers(engine: DockerEngine, marker: str) -> list[str]:
+    out = _docker(engine, "ps", "-a", "--no-trunc", "--format", "{{.ID}} {{.Command}}")
     return [line for line in out.splitlines() if marker in line]
 
 
@@ -182,9 +193,9 @@ def test_ctrl_c_during_a_build_leaves_no_container(docker_engine, cpu_base, tmp_
     # The daemon cancels the build when the connection closes; forcerm removes the
     # container. Poll: the removal is asynchronous to our return.
     deadline = time.monotonic() + 60
-    while _marked_containers(marker) and time.monotonic() < deadline:
+    while _marked_containers(docker_engine, marker) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _marked_containers(marker) == []
+    assert _marked_containers(docker_engine, marker) == []
     assert docker_engine.image_info(tag) is None
     assert f"started-{marker}" in request.log_path.read_text()
 
@@ -196,7 +207,7 @@ def test_container_is_removed_when_the_block_raises(docker_engine, cpu_base, int
     def fail_inside() -> None:
         with docker_engine.container(RunRequest(image=cpu_base, command=("sleep", "300"))) as c:
             seen.append(c.name)
-            seen.extend(_stackpin_containers())
+            seen.extend(_stackpin_containers(docker_engine))
             raise interrupt
 
     with pytest.raises(interrupt):
@@ -204,11 +215,11 @@ def test_container_is_removed_when_the_block_raises(docker_engine, cpu_base, int
 
     assert seen[0].startswith("stackpin-")
     assert seen[0] in seen[1:]  # it existed while the block ran
-    assert seen[0] not in _stackpin_containers()
+    assert seen[0] not in _stackpin_containers(docker_engine)
 
 
 def test_run_times_out_and_still_cleans_up(docker_engine, cpu_base):
-    before = set(_stackpin_containers())
+    before = set(_stackpin_containers(docker_engine))
 
     result = docker_engine.run_to_completion(
         RunRequest(image=cpu_base, command=("sh", "-c", "echo waiting; sleep 300")), timeout_s=2
@@ -216,7 +227,7 @@ def test_run_times_out_and_still_cleans_up(docker_engine, cpu_base):
 
     assert (result.timed_out, result.exit_code) == (True, -1)
     assert "waiting" in result.logs
-    assert set(_stackpin_containers()) <= before
+    assert set(_stackpin_containers(docker_engine)) <= before
 
 
 def test_a_bind_mount_returns_files(docker_engine, cpu_base, tmp_path):
@@ -237,12 +248,12 @@ def test_a_bind_mount_returns_files(docker_engine, cpu_base, tmp_path):
 
 def test_unknown_image_is_refused_with_the_reference(docker_engine):
     missing = f"stackpin-test/missing:{uuid.uuid4().hex[:12]}"
-    before = set(_stackpin_containers())
+    before = set(_stackpin_containers(docker_engine))
 
     with pytest.raises(HostEnvironmentError, match=f"refused to run {missing}"):
         docker_engine.run_to_completion(RunRequest(image=missing), timeout_s=10)
 
-    assert set(_stackpin_containers()) <= before
+    assert set(_stackpin_containers(docker_engine)) <= before
 
 
 def test_save_then_load_round_trips_several_tags_in_one_stream(
@@ -320,3 +331,46 @@ def test_pull_without_a_registry_says_to_load_a_tar(docker_engine):
     assert caught.value.message.startswith("cannot pull 127.0.0.1:1/vendor/dtk:26.04: ")
     assert "(--base-tar)" in caught.value.message
     assert "\n" not in caught.value.message
+
+
+def _layer_names(data) -> list[str]:
+    with tarfile.open(fileobj=data, mode="r|") as tar:
+        return [m.name for m in tar]
+
+
+def test_the_save_stream_reads_back_to_what_the_engine_reports(docker_engine, cpu_base):
+    info = docker_engine.image_info(cpu_base)
+    version = docker_engine.version()
+
+    stream = chunk_stream(docker_engine.save(SaveRequest(images=(cpu_base,))))
+    contents = read_save(stream, _layer_names)
+
+    entry = contents.entry_for(info.id)
+    assert contents.layout == ("docker-archive" if version.version.startswith("20.") else "oci")
+    assert info.id == version.image_id(config_digest=entry.config_digest,
+                                       manifest_digest=entry.manifest_digest)
+    assert tuple(layer.diff_id for layer in contents.layers_of(entry)) == info.diff_ids
+    assert "./etc/os-release" in contents.layers_of(entry)[0].value
+
+
+def test_a_written_layout_loads_under_the_id_the_store_gives_it(docker_engine, tmp_path,
+                                                                 cleanup_images):
+    layer = tmp_path / "layer.tar"
+    with tarfile.open(layer, "w") as tar:
+        data = uuid.uuid4().hex.encode()  # a layer no engine holds yet
+        member = tarfile.TarInfo("marker")
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data))
+    diff_id = f"sha256:{hashlib.sha256(layer.read_bytes()).hexdigest()}"
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {},
+                         "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+    tag = f"stackpin-test/layout:{uuid.uuid4().hex[:12]}"
+    written = image_layout(config, [(diff_id, layer)], tags=(tag,))
+    cleanup_images.append(tag)
+
+    loaded = docker_engine.load(written.chunks)
+
+    expected = docker_engine.version().image_id(config_digest=written.config_digest,
+                                                manifest_digest=written.manifest_digest)
+    assert loaded.image_ids == (expected,)
+    assert docker_engine.image_info(tag).diff_ids == (diff_id,)
