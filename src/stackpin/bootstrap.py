@@ -31,6 +31,7 @@ from stackpin.engine import Engine, ImageInfo, digest_matches
 from stackpin.engine.save_format import image_layout
 from stackpin.errors import BuildError, ConfigurationError, HostEnvironmentError, ValidationError
 from stackpin.matrix import Cell
+from stackpin.target import LABEL_BOOTSTRAP_DIGEST
 from stackpin.wheelhouse import sha256_file
 
 # Debian architecture names for the cell's cpu_arch (uname -m spelling).
@@ -66,7 +67,7 @@ CUSTOMIZE_HOOKS = (
 )
 IMAGE_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8")
 IMAGE_CMD = ("/bin/bash",)
-DIGEST_LABEL = "io.stackpin.bootstrap-digest"
+DIGEST_LABEL = LABEL_BOOTSTRAP_DIGEST
 CLEANUP_TIMEOUT_S = 120
 
 

@@ -30,20 +30,15 @@ from stackpin.errors import HostEnvironmentError, ValidationError
 from stackpin.lock import Lock, atomic_write
 from stackpin.matrix import Cell, Variant, pinned_wheels
 from stackpin.normalize import NormalizeRequest, normalize_image
-from stackpin.render import (
-    Rendered,
-    RenderRequest,
-    image_tags,
-    layer_groups,
-    render,
-)
+from stackpin.render import Rendered, RenderRequest, layer_groups, render
+from stackpin.target import Layout, Target
 from stackpin.wheelhouse import require_complete
 
 LineSink = Callable[[str], None]
 
 
-def preflight(cell: Cell, lock: Lock | None, root: Path) -> Lock:
-    """Everything that must hold before Docker does any work; returns the usable lock."""
+def vet_cell(cell: Cell) -> None:
+    """The matrix rules and pinned hashes a build needs, checked before the lock is read."""
     errors = [v for v in check_cell(cell) if v.severity == "error"]
     if errors:
         msg = f"{errors[0]} ({len(errors)} violation(s); 'stackpin matrix check' lists all)"
@@ -59,45 +54,51 @@ def preflight(cell: Cell, lock: Lock | None, root: Path) -> Lock:
                 f"{wheel.filename}`"
             )
             raise ValidationError(msg)
-    if lock is None:
-        msg = f"{cell.id} has no lock: run 'stackpin wheels fetch {cell.id}' first"
-        raise ValidationError(msg)
-    require_complete(lock, cell, root)
-    return lock
+
+
+def preflight(target: Target) -> None:
+    """What must hold before Docker does any work, given a vetted cell and a current lock:
+    a complete lock and a wheelhouse identical to it."""
+    require_complete(target.lock, target.cell, target.layout.root)
 
 
 @dataclass(frozen=True, kw_only=True)
 class BuildPlan:
     """What one variant's build will do; built before Docker is touched (tests assert on it)."""
 
-    cell: Cell
-    variant: Variant
-    lock: Lock
+    target: Target
     rendered: Rendered
-    context_dir: Path
     request: BuildRequest
 
+    @property
+    def cell(self) -> Cell:
+        return self.target.cell
 
-def plan(
-    cell: Cell,
-    variant: Variant,
-    lock: Lock,
-    *,
-    root: Path,
-    no_cache: bool,
-    provenance: dict[str, str],
-) -> BuildPlan:
+    @property
+    def variant(self) -> Variant:
+        return self.target.variant
+
+    @property
+    def lock(self) -> Lock:
+        return self.target.lock
+
+    @property
+    def context_dir(self) -> Path:
+        return self.target.context_dir
+
+
+def plan(target: Target, *, no_cache: bool, provenance: dict[str, str]) -> BuildPlan:
     """Render and describe the build (pure apart from reading templates)."""
+    cell, lock = target.cell, target.lock
     rendered = render(
         RenderRequest(
-            cell=cell, variant=variant, lock=lock, templates_dir=root / "templates",
-            stackpin_version=__version__,
+            cell=cell, variant=target.variant, lock=lock,
+            templates_dir=target.layout.templates, stackpin_version=__version__,
         )
     )
-    context_dir = root / "build" / "context" / f"{cell.id}-{variant}"
     request = BuildRequest(
-        context_dir=context_dir,
-        tags=image_tags(cell, variant, lock.digest),
+        context_dir=target.context_dir,
+        tags=target.tags,
         # Build-time labels hold what the pure render cannot know (the source commit).
         labels=provenance,
         network_mode="none",
@@ -105,10 +106,9 @@ def plan(
         # Context files get this mtime and normalised modes: checkout time and umask
         # must not reach the COPY layers.
         source_date_epoch=cell.source_date_epoch,
-        log_path=root / "build" / "logs" / f"{cell.id}-{variant}.log",
+        log_path=target.log_path,
     )
-    return BuildPlan(cell=cell, variant=variant, lock=lock, rendered=rendered,
-                     context_dir=context_dir, request=request)
+    return BuildPlan(target=target, rendered=rendered, request=request)
 
 
 def stage(plan_: BuildPlan, root: Path) -> None:
@@ -141,10 +141,6 @@ class BuildRecord:
 
     def to_json(self) -> dict[str, object]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
-
-
-def record_path(root: Path, cell_id: str, variant: str) -> Path:
-    return root / "build" / "records" / f"{cell_id}-{variant}.json"
 
 
 def measure_env_size(engine: Engine, image: str) -> int:
@@ -180,7 +176,7 @@ def execute(
     if normalize:
         normalized = normalize_image(engine, NormalizeRequest(
             image=result.image_id, tags=result.tags, keep_diff_ids=frozenset(base.diff_ids),
-            work_dir=root / "build" / "tmp", cache_dir=cache_dir(),
+            work_dir=plan_.target.layout.tmp, cache_dir=cache_dir(),
         ), on_line=on_line)
         image_id, normalize_seconds = normalized.image_id, normalized.seconds
     image = engine.image_info(image_id)
@@ -192,14 +188,13 @@ def execute(
         env_size=measure_env_size(engine, image_id), log_path=str(result.log_path),
         raw_image_id=result.image_id, normalize_seconds=normalize_seconds,
     )
-    path = record_path(root, plan_.cell.id, plan_.variant)
-    with atomic_write(path) as tmp:
+    with atomic_write(plan_.target.record_path) as tmp:
         tmp.write_text(json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
     return record
 
 
 def read_record(root: Path, cell_id: str, variant: str) -> dict[str, object] | None:
-    path = record_path(root, cell_id, variant)
+    path = Layout(root).record_path(cell_id, variant)
     if not path.exists():
         return None
     data: dict[str, object] = json.loads(path.read_text(encoding="utf-8"))

@@ -14,9 +14,11 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from stackpin.errors import ConfigurationError
 from stackpin.matrix import VARIANTS, Cell, Platform, Variant
+from stackpin.target import LABEL_CELL, LABEL_LOCK_DIGEST, LABEL_VARIANT, Layout, image_tags
 
 PLATFORMS: tuple[Platform, ...] = ("cpu", "cuda", "dtk", "rocm")
 FORMATS = ("github", "gitlab", "bake", "json")
@@ -154,18 +156,9 @@ def _jobs_for(cell: Cell, variant: Variant) -> list[Job]:
 # --- image naming shared by every format ---------------------------------------------
 
 
-def image_tags(job_cell: str, variant: str, lock_digest: str = "") -> tuple[str, ...]:
-    """stackpin/<cell>:<variant>, plus <variant>-<12 hex of the lock digest> when locked."""
-    tags = [f"stackpin/{job_cell}:{variant}"]
-    hex_digest = lock_digest.removeprefix("sha256:")
-    if hex_digest:
-        tags.append(f"stackpin/{job_cell}:{variant}-{hex_digest[:12]}")
-    return tuple(tags)
-
-
 def context_dir(cell_id: str, variant: str) -> str:
     """Where `stackpin build CELL --variant V --prepare-only` writes the build context."""
-    return f"build/context/{cell_id}-{variant}"
+    return Layout(Path()).context_dir(cell_id, variant).as_posix()
 
 
 # --- GitHub Actions ------------------------------------------------------------------
@@ -290,9 +283,9 @@ def _hcl_map(name: str, mapping: Mapping[str, str]) -> list[str]:
 
 
 def _bake_target(cell: str, variant: str, *, cpu_arch: str, epoch: int, digest: str) -> list[str]:
-    labels = {"io.stackpin.cell": cell, "io.stackpin.variant": variant}
+    labels = {LABEL_CELL: cell, LABEL_VARIANT: variant}
     if digest:
-        labels["io.stackpin.lock-digest"] = digest
+        labels[LABEL_LOCK_DIGEST] = digest
     lines = [
         f"target {hcl_str(bake_target_name(cell, variant))} {{",
         f"  context    = {hcl_str(context_dir(cell, variant))}",

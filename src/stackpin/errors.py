@@ -35,6 +35,23 @@ class ValidationError(StackpinError):
     kind = "validation"
 
 
+class LockMissingError(ValidationError):
+    """The cell has no lock, so nothing says what its image installs."""
+
+    def __init__(self, cell_id: str) -> None:
+        super().__init__(f"{cell_id} has no lock: run 'stackpin wheels fetch {cell_id}' first")
+
+
+class LockStaleError(ValidationError):
+    """The cell's lock no longer describes it (a pin changed after the lock was written)."""
+
+    def __init__(self, cell_id: str, reason: str) -> None:
+        super().__init__(
+            f"{cell_id}: lock is stale ({reason}); run 'stackpin wheels fetch {cell_id}' "
+            "to re-lock, then build again"
+        )
+
+
 class BuildError(StackpinError):
     """An image build failed; carries the failing step and the saved log like docker-py's."""
 
@@ -76,6 +93,8 @@ ALL_ERRORS: tuple[type[StackpinError], ...] = (
     StackpinError,
     ConfigurationError,
     ValidationError,
+    LockMissingError,
+    LockStaleError,
     BuildError,
     VerificationError,
     BundleError,

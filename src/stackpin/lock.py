@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -84,8 +85,9 @@ class Lock:
     def text(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 
-    @property
+    @cached_property
     def digest(self) -> str:
+        """sha256 of the canonical text; computed once (the lock is frozen)."""
         return hashlib.sha256(self.text().encode()).hexdigest()
 
     def group(self, group: Group) -> tuple[LockedWheel, ...]:

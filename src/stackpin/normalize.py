@@ -43,10 +43,11 @@ from typing import IO, Any
 from stackpin.engine import Engine, SaveRequest, chunk_stream
 from stackpin.engine.save_format import ImageLayout, image_layout, read_save
 from stackpin.errors import BuildError
+from stackpin.target import LABEL_SOURCE_DATE_EPOCH
 
 # Bump when the rewrite rules change: cached raw -> normalised mappings then go stale.
 NORMALIZE_VERSION = 1
-SDE_LABEL = "io.stackpin.source-date-epoch"
+SDE_LABEL = LABEL_SOURCE_DATE_EPOCH
 _CHUNK = 1 << 20
 # Config fields that describe the build run, not the image: the intermediate container's
 # ID and config (its hostname is that ID) and the daemon's version.

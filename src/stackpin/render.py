@@ -18,11 +18,12 @@ from typing import Any
 
 import jinja2
 
+from stackpin import target
 from stackpin.errors import ConfigurationError
-from stackpin.lock import GROUPS, Group, Lock, LockedWheel, stale_reason, wheel_name_version
+from stackpin.lock import GROUPS, Group, Lock, LockedWheel, wheel_name_version
 from stackpin.matrix import Cell, Variant, cell_json
 
-LABEL_PREFIX = "io.stackpin"
+LABEL_PREFIX = target.LABEL_PREFIX
 
 _LAYER_TEXT: dict[Group, tuple[str, str]] = {
     "vendor": (
@@ -85,10 +86,9 @@ def torch_version(cell: Cell) -> str:
     return wheel_name_version(cell.torch.filename)[1]
 
 
-def image_tags(cell: Cell, variant: Variant, lock_digest: str) -> tuple[str, str]:
-    """The two tags of a built image: variant plus lock digest, and the moving variant tag."""
-    repo = f"stackpin/{cell.id}"
-    return f"{repo}:{variant}-{lock_digest[:12]}", f"{repo}:{variant}"
+def image_tags(cell: Cell, variant: Variant, lock_digest: str) -> tuple[str, ...]:
+    """The tags of a built image (stackpin.target.image_tags)."""
+    return target.image_tags(cell.id, variant, lock_digest)
 
 
 def _rfc3339(epoch: int) -> str:
@@ -109,13 +109,13 @@ def image_labels(req: RenderRequest) -> dict[str, str]:
         "org.opencontainers.image.created": _rfc3339(cell.source_date_epoch),
         "org.opencontainers.image.vendor": "stackpin",
         "org.opencontainers.image.base.name": base_reference(cell),
-        f"{LABEL_PREFIX}.cell": cell.id,
-        f"{LABEL_PREFIX}.variant": req.variant,
+        target.LABEL_CELL: cell.id,
+        target.LABEL_VARIANT: req.variant,
         f"{LABEL_PREFIX}.platform": cell.platform,
         f"{LABEL_PREFIX}.attention": _attention(cell, req.variant),
-        f"{LABEL_PREFIX}.lock-digest": lock_digest,
-        f"{LABEL_PREFIX}.source-date-epoch": str(cell.source_date_epoch),
-        f"{LABEL_PREFIX}.version": req.stackpin_version,
+        target.LABEL_LOCK_DIGEST: lock_digest,
+        target.LABEL_SOURCE_DATE_EPOCH: str(cell.source_date_epoch),
+        target.LABEL_VERSION: req.stackpin_version,
         f"{LABEL_PREFIX}.cell-json": cell_json(cell),
     }
     if cell.base.digest:
@@ -183,9 +183,6 @@ def render(req: RenderRequest) -> Rendered:
     if variant not in cell.variants:
         msg = f"cell '{cell.id}' builds {', '.join(cell.variants)}, not '{variant}'"
         raise ConfigurationError(msg + f"; use --variant {cell.variants[0]}")
-    if lock is not None and (reason := stale_reason(lock, cell)):
-        msg = f"{cell.id}: lock is stale ({reason}); run 'stackpin wheels fetch {cell.id}'"
-        raise ConfigurationError(msg)
     env = _environment(req.templates_dir)
     groups = layer_groups(cell, variant)
     labels = image_labels(req)

@@ -249,10 +249,10 @@ def _swap_in(staging: Path, target: Path, old: Path) -> None:
 
 
 def require_complete(lock: Lock, cell: Cell, root: Path) -> None:
-    """Refuse a build whose lock is stale, incomplete or not what the wheelhouse holds."""
-    if reason := stale_reason(lock, cell):
-        msg = f"{cell.id}: {reason}; run 'stackpin wheels fetch {cell.id}' to re-lock"
-        raise ValidationError(msg)
+    """Refuse a build whose lock is incomplete or not what the wheelhouse holds.
+
+    The lock is current already: stackpin.target checked that once for the verb.
+    """
     if lock.missing:
         msg = f"{cell.id}: the lock lacks {lock.missing[0]}; put it in wheels/vendor/ and re-fetch"
         raise ValidationError(msg)

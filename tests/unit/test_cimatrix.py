@@ -281,7 +281,8 @@ def test_bake_adds_the_lock_digest_tag_and_label():
     target = parse_bake_hcl(cimatrix.render_bake(result, lock_digests={CPU_CELL: digest}))[
         "target"
     ][f"{CPU_CELL}-stable"]
-    assert target["tags"] == [f"stackpin/{CPU_CELL}:stable", f"stackpin/{CPU_CELL}:stable-28853bc08e5e"]
+    # The one tag order of stackpin.target: the lock-digest tag first, as `stackpin build` tags.
+    assert target["tags"] == [f"stackpin/{CPU_CELL}:stable-28853bc08e5e", f"stackpin/{CPU_CELL}:stable"]
     assert target["labels"]["io.stackpin.lock-digest"] == digest
 
 
@@ -334,4 +335,4 @@ def test_cli_tags_bake_targets_with_the_current_lock_digest(shipped_cells):
         # A stale lock would not build, so no digest tag may point at it.
         assert target["tags"] == [f"stackpin/{CPU_CELL}:stable"]
     else:
-        assert target["tags"][1] == f"stackpin/{CPU_CELL}:stable-{lock.digest[:12]}"
+        assert target["tags"][0] == f"stackpin/{CPU_CELL}:stable-{lock.digest[:12]}"

@@ -33,6 +33,7 @@ from stackpin.rebuild import (
     snapshot_images,
     summarize_layer,
 )
+from stackpin.target import Layout, Target
 
 
 def summary(**fields: object) -> MemberSummary:
@@ -203,8 +204,9 @@ def cpu_plan(root: Path, shipped_cells, monkeypatch: pytest.MonkeyPatch):
     assert lock is not None
     staged: list[object] = []
     monkeypatch.setattr(rebuild_module, "stage", lambda plan_, root_: staged.append(plan_))
-    return plan(shipped_cells[CPU_CELL], "stable", lock, root=root, no_cache=False,
-                provenance={})
+    target = Target(cell=shipped_cells[CPU_CELL], variant="stable", lock=lock,
+                    layout=Layout(root))
+    return plan(target, no_cache=False, provenance={})
 
 
 def existing_image(engine: FakeEngine, cpu_plan, tmp_path: Path) -> str:

@@ -9,20 +9,18 @@ import click
 
 from stackpin import __version__
 from stackpin.bootstrap import ensure_base
-from stackpin.build import execute, plan, preflight, stage
+from stackpin.build import execute, plan, preflight, stage, vet_cell
 from stackpin.cache import cache_dir
 from stackpin.cli.common import (
-    DEFAULT_CELL,
-    cell_by_id,
+    cell_argument,
     echo_json,
     json_option,
-    project_root,
-    selected_variants,
+    project_layout,
+    variant_option,
 )
 from stackpin.cli.progress import StepProgress
 from stackpin.engine.docker_api import DockerEngine
-from stackpin.lock import read_lock
-from stackpin.matrix import VARIANTS
+from stackpin.target import LABEL_SOURCE_COMMIT, LABEL_VERSION, resolve
 
 
 def source_commit(root: Path) -> str:
@@ -45,15 +43,14 @@ def provenance_labels(root: Path) -> dict[str, str]:
     commit = source_commit(root)
     return {
         "org.opencontainers.image.revision": commit,
-        "io.stackpin.source-commit": commit,
-        "io.stackpin.version": __version__,
+        LABEL_SOURCE_COMMIT: commit,
+        LABEL_VERSION: __version__,
     }
 
 
 @click.command(name="build")
-@click.argument("cell_id", default=DEFAULT_CELL, metavar="[CELL]")
-@click.option("--variant", type=click.Choice([*VARIANTS, "all"]), default="all",
-              show_default=True, help="Which image(s) of the cell to build.")
+@cell_argument
+@variant_option(help="Which image(s) of the cell to build.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
 @click.option("--base-tar", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Load the base image from this `docker save` tar first (air-gapped sites).")
@@ -76,14 +73,14 @@ def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None,
     stackpin/CELL:VARIANT-<lock digest 12 hex> and stackpin/CELL:VARIANT. The full log
     is saved under build/logs/CELL-VARIANT.log.
     """
-    root = project_root()
-    cell = cell_by_id(cell_id, root)
-    variants = selected_variants(cell, variant)
-    lock = preflight(cell, read_lock(root, cell.id), root)
+    layout = project_layout()
+    root = layout.root
+    targets = resolve(layout, cell_id, variant, vet=vet_cell)
+    preflight(targets[0])
+    provenance = provenance_labels(root)
     if prepare_only:
-        for name in variants:
-            build_plan = plan(cell, name, lock, root=root, no_cache=no_cache,
-                              provenance=provenance_labels(root))
+        for target in targets:
+            build_plan = plan(target, no_cache=no_cache, provenance=provenance)
             stage(build_plan, root)
             tags = ", ".join(build_plan.request.tags)
             click.echo(f"context: {build_plan.context_dir}/ (tags {tags})")
@@ -91,11 +88,10 @@ def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None,
     progress = StepProgress(verbose=verbose)
     records = []
     with DockerEngine.connect() as engine:
-        base = ensure_base(engine, cell, cache_dir=cache_dir(), base_tar=base_tar,
+        base = ensure_base(engine, targets[0].cell, cache_dir=cache_dir(), base_tar=base_tar,
                            on_line=progress)
-        for name in variants:
-            build_plan = plan(cell, name, lock, root=root, no_cache=no_cache,
-                              provenance=provenance_labels(root))
+        for target in targets:
+            build_plan = plan(target, no_cache=no_cache, provenance=provenance)
             record = execute(engine, build_plan, root=root, base_id=base.image_id,
                              on_line=progress, normalize=not no_normalize)
             progress.done()

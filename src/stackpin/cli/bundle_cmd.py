@@ -15,37 +15,25 @@ from stackpin.bundle import load as loading
 from stackpin.bundle import verify as verifying
 from stackpin.cli.common import (
     DEFAULT_CELL,
-    cell_by_id,
+    cells_argument,
     echo_json,
     json_option,
-    project_root,
-    selected_variants,
+    project_layout,
+    variant_option,
 )
 from stackpin.engine.docker_api import DockerEngine
-from stackpin.errors import ValidationError
-from stackpin.lock import read_lock, stale_reason
-from stackpin.matrix import VARIANTS
+from stackpin.target import Layout, resolve_many
 
 _SOURCE = click.Path(exists=True, path_type=Path)
 _PUBKEY = click.option("--pubkey", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                        help="stackpin.pub of the signer: the signature must then verify.")
 
 
-def selections(cell_ids: tuple[str, ...], variant: str,
-               root: Path) -> tuple[bundle_format.Selection, ...]:
-    chosen = []
-    for cell_id in dict.fromkeys(cell_ids or (DEFAULT_CELL,)):
-        cell = cell_by_id(cell_id, root)
-        lock = read_lock(root, cell.id)
-        if lock is None:
-            msg = f"{cell.id} has no lock: run 'stackpin wheels fetch {cell.id}' and build it"
-            raise ValidationError(msg)
-        if reason := stale_reason(lock, cell):
-            msg = f"{cell.id}: lock is stale ({reason}); fetch, rebuild, then export"
-            raise ValidationError(msg)
-        chosen += [bundle_format.Selection(cell=cell, variant=v, lock=lock)
-                   for v in selected_variants(cell, variant)]
-    return tuple(chosen)
+def selections(
+    cell_ids: tuple[str, ...], variant: str, layout: Layout
+) -> tuple[bundle_format.Selection, ...]:
+    return tuple(bundle_format.Selection(cell=t.cell, variant=t.variant, lock=t.lock)
+                 for t in resolve_many(layout, cell_ids or (DEFAULT_CELL,), variant))
 
 
 def _interrupt_on_term(_signum: int, _frame: FrameType | None) -> None:
@@ -63,9 +51,8 @@ def command() -> None:
 
 
 @command.command(name="export")
-@click.argument("cell_ids", nargs=-1, metavar="[CELL...]")
-@click.option("--variant", type=click.Choice([*VARIANTS, "all"]), default="all",
-              show_default=True, help="Which image(s) of each cell.")
+@cells_argument
+@variant_option(help="Which image(s) of each cell.")
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), required=True,
               help="The bundle folder to write (created by a rename at the end).")
 @click.option("--archive", is_flag=True, help="Also pack the folder into OUT.tar.")
@@ -88,11 +75,11 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
     way to disk. The export refuses images or files carrying secrets. Killing it leaves
     nothing at OUT.
     """
-    root = project_root()
+    layout = project_layout()
     request = bundle_format.ExportRequest(
-        selections=selections(cell_ids, variant, root), out_dir=out_dir.absolute(), root=root,
-        archive=archive, sign_key=sign_key, with_wheels=with_wheels, with_models=with_models,
-        force=force,
+        selections=selections(cell_ids, variant, layout), out_dir=out_dir.absolute(),
+        root=layout.root, archive=archive, sign_key=sign_key, with_wheels=with_wheels,
+        with_models=with_models, force=force,
     )
     previous = signal.signal(signal.SIGTERM, _interrupt_on_term)
     started = time.monotonic()

@@ -1,4 +1,4 @@
-"""Options and helpers shared by the verbs."""
+"""Options and helpers shared by the verbs: each option is declared here, once."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 import click
 
-from stackpin.errors import ConfigurationError
-from stackpin.matrix import Cell, Variant, find_cell, load_cells
+from stackpin.matrix import Cell, load_cells
+from stackpin.target import Layout, variant_choices
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -26,17 +26,32 @@ def project_root() -> Path:
     return here
 
 
-def matrix_files(root: Path) -> list[Path]:
-    return sorted((root / "pinning").glob("*.toml"))
+def project_layout() -> Layout:
+    return Layout(project_root())
 
 
 def all_cells(root: Path | None = None) -> dict[str, Cell]:
-    base = root or project_root()
-    return load_cells(matrix_files(base))
+    """Every shipped cell (only listing verbs need them all; see target.load_cell)."""
+    return load_cells(Layout(root or project_root()).matrix_files())
 
 
-def cell_by_id(cell_id: str, root: Path | None = None) -> Cell:
-    return find_cell(all_cells(root), cell_id)
+def cell_argument(func: F) -> F:
+    """[CELL]: one cell id, the CPU default cell when left out."""
+    return click.argument("cell_id", default=DEFAULT_CELL, metavar="[CELL]")(func)
+
+
+def cells_argument(func: F) -> F:
+    """[CELL...]: one or more cell ids, the CPU default cell when left out."""
+    return click.argument("cell_ids", nargs=-1, metavar="[CELL...]")(func)
+
+
+def variant_option(*, allow_all: bool = True, help: str = "Which image(s) of the cell.") -> \
+        Callable[[F], F]:
+    """--variant: stable|enhanced, plus 'all' (the default) for verbs that loop over them."""
+    return click.option(
+        "--variant", type=click.Choice(variant_choices(allow_all=allow_all)),
+        default="all" if allow_all else "stable", show_default=True, help=help,
+    )
 
 
 def json_option(func: F) -> F:
@@ -47,13 +62,3 @@ def json_option(func: F) -> F:
 
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
-
-
-def selected_variants(cell: Cell, choice: str) -> tuple[Variant, ...]:
-    """The variants a --variant choice means for a cell ('all' = every one it builds)."""
-    if choice == "all":
-        return cell.variants
-    if choice not in cell.variants:
-        msg = f"cell '{cell.id}' builds {', '.join(cell.variants)}, not '{choice}'"
-        raise ConfigurationError(msg + "; pick one of those or --variant all")
-    return tuple(v for v in cell.variants if v == choice)

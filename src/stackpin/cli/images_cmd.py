@@ -11,6 +11,7 @@ from stackpin.build import read_record
 from stackpin.cli.common import echo_json, json_option, project_root
 from stackpin.engine import ImageInfo
 from stackpin.engine.docker_api import DockerEngine
+from stackpin.target import LABEL_CELL, LABEL_LOCK_DIGEST, LABEL_VARIANT
 
 MIB = 2**20
 
@@ -40,11 +41,11 @@ def image_row(info: ImageInfo, record: dict[str, object] | None) -> ImageRow:
     """Join what the daemon says with the build record (sizes measured at build time)."""
     measured = record is not None and record.get("image_id") == info.id
     return ImageRow(
-        cell=info.labels.get("io.stackpin.cell", ""),
-        variant=info.labels.get("io.stackpin.variant", ""),
+        cell=info.labels.get(LABEL_CELL, ""),
+        variant=info.labels.get(LABEL_VARIANT, ""),
         id=info.id,
         tags=sorted(info.tags),
-        lock_digest=info.labels.get("io.stackpin.lock-digest", ""),
+        lock_digest=info.labels.get(LABEL_LOCK_DIGEST, ""),
         size=info.size,
         base_size=int(str(record["base_size"])) if measured and record else None,
         env_size=int(str(record["env_size"])) if measured and record else None,
@@ -69,9 +70,9 @@ def command(as_json: bool) -> None:
     root = project_root()
     with DockerEngine.connect() as engine:
         rows = [
-            image_row(info, read_record(root, info.labels.get("io.stackpin.cell", ""),
-                                        info.labels.get("io.stackpin.variant", "")))
-            for info in built_images(engine.list_images("io.stackpin.cell"))
+            image_row(info, read_record(root, info.labels.get(LABEL_CELL, ""),
+                                        info.labels.get(LABEL_VARIANT, "")))
+            for info in built_images(engine.list_images(LABEL_CELL))
         ]
     if as_json:
         echo_json([row.to_json() for row in rows])

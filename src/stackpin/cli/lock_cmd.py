@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import click
 
-from stackpin.cli.common import DEFAULT_CELL, cell_by_id, echo_json, json_option, project_root
+from stackpin.cli.common import cell_argument, echo_json, json_option, project_layout
 from stackpin.lock import build_lock, lock_path, write_text_atomic
 from stackpin.render import base_reference
+from stackpin.target import load_cell
 from stackpin.wheelhouse import scan
 
 
 @click.command(name="lock")
-@click.argument("cell_id", default=DEFAULT_CELL, metavar="[CELL]")
+@cell_argument
 @json_option
 def command(cell_id: str, as_json: bool) -> None:
     """Write pinning/locks/CELL.lock from the wheels in wheels/CELL/ and wheels/vendor/.
@@ -21,8 +22,9 @@ def command(cell_id: str, as_json: bool) -> None:
     'stackpin wheels fetch' does this after downloading; run it by hand after dropping
     vendor wheels in. Nothing is written when the wheelhouse does not fit the cell.
     """
-    root = project_root()
-    cell = cell_by_id(cell_id, root)
+    layout = project_layout()
+    root = layout.root
+    cell = load_cell(layout, cell_id)
     lock = build_lock(cell, scan(cell, root), base_reference=base_reference(cell))
     path = lock_path(root, cell.id)
     write_text_atomic(path, lock.text())

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from stackpin.checks import Violation, check_cells
-from stackpin.cli.common import all_cells, echo_json, json_option, matrix_files, project_root
+from stackpin.cli.common import all_cells, echo_json, json_option, project_layout
 from stackpin.errors import ConfigurationError, ValidationError
 from stackpin.matrix import (
     Cell,
@@ -64,7 +64,7 @@ def check(files: tuple[Path, ...], as_json: bool) -> None:
     Exit 0 when only warnings remain, 3 on unreadable or malformed files, 4 on
     consistency violations.
     """
-    paths = list(files) or matrix_files(project_root())
+    paths = list(files) or project_layout().matrix_files()
     problems: list[tuple[str, Problem]] = []
     cells: list[Cell] = []
     for path in paths:

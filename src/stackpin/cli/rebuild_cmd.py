@@ -5,32 +5,29 @@ from __future__ import annotations
 import click
 
 from stackpin.bootstrap import ensure_base
-from stackpin.build import plan, preflight
+from stackpin.build import plan, preflight, vet_cell
 from stackpin.cache import cache_dir
 from stackpin.cli.build_cmd import provenance_labels
 from stackpin.cli.common import (
-    DEFAULT_CELL,
-    cell_by_id,
+    cell_argument,
     echo_json,
     json_option,
-    project_root,
-    selected_variants,
+    project_layout,
+    variant_option,
 )
 from stackpin.cli.progress import StepProgress
 from stackpin.engine.docker_api import DockerEngine
 from stackpin.errors import VerificationError
-from stackpin.lock import read_lock
-from stackpin.matrix import VARIANTS
 from stackpin.rebuild import RebuildReport, check_rebuild, differing_paths, report_lines
+from stackpin.target import resolve
 
 
 @click.command(name="rebuild")
-@click.argument("cell_id", default=DEFAULT_CELL, metavar="[CELL]")
+@cell_argument
 @click.option("--check", is_flag=True,
               help="Rebuild from scratch (no cache, normalised) and compare with the built "
                    "image; exit 6 when they differ.")
-@click.option("--variant", type=click.Choice([*VARIANTS, "all"]), default="all",
-              show_default=True, help="Which image(s) of the cell to check.")
+@variant_option(help="Which image(s) of the cell to check.")
 @click.option("--use-cache", is_flag=True,
               help="Reuse cached layers: only steps that miss the cache are rebuilt and "
                    "checked (quick iteration, tests); the full check is without it.")
@@ -51,20 +48,22 @@ def command(cell_id: str, check: bool, variant: str, use_cache: bool, image_ref:
     if not check:
         msg = "only --check is implemented; to rebuild for use, run `stackpin build --no-cache`"
         raise click.UsageError(msg)
-    root = project_root()
-    cell = cell_by_id(cell_id, root)
-    variants = selected_variants(cell, variant)
-    if image_ref and len(variants) != 1:
-        msg = f"--image names one image; pick its variant with --variant ({', '.join(variants)})"
+    layout = project_layout()
+    root = layout.root
+    targets = resolve(layout, cell_id, variant, vet=vet_cell)
+    cell = targets[0].cell
+    if image_ref and len(targets) != 1:
+        choices = ", ".join(cell.variants)
+        msg = f"--image names one image; pick its variant with --variant ({choices})"
         raise click.UsageError(msg)
-    lock = preflight(cell, read_lock(root, cell.id), root)
+    preflight(targets[0])
+    provenance = provenance_labels(root)
     progress = StepProgress(verbose=verbose)
     reports: list[RebuildReport] = []
     with DockerEngine.connect() as engine:
         base = ensure_base(engine, cell, cache_dir=cache_dir(), on_line=progress)
-        for name in variants:
-            build_plan = plan(cell, name, lock, root=root, no_cache=not use_cache,
-                              provenance=provenance_labels(root))
+        for target in targets:
+            build_plan = plan(target, no_cache=not use_cache, provenance=provenance)
             report = check_rebuild(engine, build_plan, root=root, base_id=base.image_id,
                                    on_line=progress, no_cache=not use_cache,
                                    existing_ref=image_ref)

@@ -7,29 +7,30 @@ from pathlib import Path
 import click
 
 from stackpin import __version__
-from stackpin.cli.common import DEFAULT_CELL, cell_by_id, project_root
+from stackpin.cli.common import cell_argument, project_layout, variant_option
 from stackpin.context import write_rendered
-from stackpin.lock import read_lock
-from stackpin.matrix import VARIANTS
 from stackpin.render import Rendered, RenderRequest, render
+from stackpin.target import Layout, load_cell, optional_lock, selected_variants
 
 
-def render_cell(cell_id: str, variant: str, root: Path) -> Rendered:
-    cell = cell_by_id(cell_id, root)
+def render_cell(cell_id: str, variant: str, layout: Layout) -> Rendered:
+    """Render one cell x variant; without a lock yet the requirements files are empty."""
+    cell = load_cell(layout, cell_id)
+    (chosen,) = selected_variants(cell, variant)
     return render(
         RenderRequest(
             cell=cell,
-            variant=variant,  # type: ignore[arg-type]
-            lock=read_lock(root, cell.id),
-            templates_dir=root / "templates",
+            variant=chosen,
+            lock=optional_lock(layout, cell),
+            templates_dir=layout.templates,
             stackpin_version=__version__,
         )
     )
 
 
 @click.command(name="render")
-@click.argument("cell_id", default=DEFAULT_CELL, metavar="[CELL]")
-@click.option("--variant", type=click.Choice(VARIANTS), default="stable", show_default=True)
+@cell_argument
+@variant_option(allow_all=False, help="Which image of the cell.")
 @click.option(
     "-o", "--output", type=click.Path(path_type=Path), help="Write the build files to this folder."
 )
@@ -41,8 +42,7 @@ def command(cell_id: str, variant: str, output: Path | None) -> None:
     and image.json. The output is byte-identical for identical inputs. Unpinned vendor
     hashes are allowed here; 'stackpin build' refuses them.
     """
-    root = project_root()
-    rendered = render_cell(cell_id, variant, root)
+    rendered = render_cell(cell_id, variant, project_layout())
     if output is None:
         click.echo(rendered.dockerfile, nl=False)
         return

@@ -9,19 +9,16 @@ from pathlib import Path
 import click
 
 from stackpin.cli.common import (
-    DEFAULT_CELL,
-    cell_by_id,
+    cell_argument,
     echo_json,
     json_option,
-    project_root,
-    selected_variants,
+    project_layout,
+    variant_option,
 )
 from stackpin.engine.docker_api import DockerEngine
-from stackpin.errors import ConfigurationError, HostEnvironmentError, VerificationError
-from stackpin.lock import read_lock
-from stackpin.matrix import VARIANTS, Cell
-from stackpin.render import image_tags
-from stackpin.reports import diff_reports, is_regression, read_report, report_dir
+from stackpin.errors import HostEnvironmentError, VerificationError
+from stackpin.reports import diff_reports, is_regression, read_report
+from stackpin.target import resolve
 from stackpin.verification import verify_request
 
 SUITE_TIMEOUT_S = 1800
@@ -48,18 +45,9 @@ def command() -> None:
     """
 
 
-def _image_for(cell: Cell, variant: str, root: Path) -> str:
-    lock = read_lock(root, cell.id)
-    if lock is None:
-        msg = f"{cell.id} has no lock, so no image: run 'stackpin build {cell.id}' first"
-        raise ConfigurationError(msg)
-    return image_tags(cell, variant, lock.digest)[0]  # type: ignore[arg-type]
-
-
 @command.command(name="run")
-@click.argument("cell_id", default=DEFAULT_CELL, metavar="[CELL]")
-@click.option("--variant", type=click.Choice([*VARIANTS, "all"]), default="all",
-              show_default=True)
+@cell_argument
+@variant_option()
 @click.option("--levels", default="", help="Comma-separated levels (default: all, 0-7).")
 @click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto",
               show_default=True)
@@ -70,18 +58,17 @@ def run(cell_id: str, variant: str, levels: str, dtype: str, as_json: bool) -> N
     Reports go to build/reports/CELL-VARIANT/report.json and report.xml (JUnit). Exit 6
     when a required check fails.
     """
-    root = project_root()
-    cell = cell_by_id(cell_id, root)
-    variants = selected_variants(cell, variant)
+    targets = resolve(project_layout(), cell_id, variant)
+    cell = targets[0].cell
     failed: list[str] = []
     summaries = []
     with DockerEngine.connect() as engine:
-        for name in variants:
-            image = _image_for(cell, name, root)
+        for target in targets:
+            name, image = target.variant, target.tags[0]
             if engine.image_info(image) is None:
                 msg = f"image {image} is not built: run 'stackpin build {cell.id} --variant {name}'"
                 raise HostEnvironmentError(msg)
-            out_dir = report_dir(root, cell.id, name)
+            out_dir = target.report_dir
             if out_dir.exists():
                 shutil.rmtree(out_dir)
             out_dir.mkdir(parents=True)

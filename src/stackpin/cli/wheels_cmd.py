@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
-from stackpin.cli.common import DEFAULT_CELL, cell_by_id, echo_json, json_option, project_root
+from stackpin.cli.common import cell_argument, echo_json, json_option, project_layout
 from stackpin.errors import ValidationError
-from stackpin.lock import lock_path, read_lock, write_text_atomic
+from stackpin.lock import lock_path, write_text_atomic
 from stackpin.render import base_reference
+from stackpin.target import current_lock, load_cell
 from stackpin.wheelhouse import fetch, verify_wheelhouse
 
 
@@ -17,7 +18,7 @@ def command() -> None:
 
 
 @command.command(name="fetch")
-@click.argument("cell_id", default=DEFAULT_CELL, metavar="[CELL]")
+@cell_argument
 @click.option("-v", "--verbose", is_flag=True, help="Show pip's output as it runs.")
 @json_option
 def fetch_cmd(cell_id: str, verbose: bool, as_json: bool) -> None:
@@ -27,8 +28,9 @@ def fetch_cmd(cell_id: str, verbose: bool, as_json: bool) -> None:
     the stack once and the result is written as the new lock. Vendor wheels (DTK torch,
     DTK FlashAttention) are not downloadable: drop them into wheels/vendor/ first.
     """
-    root = project_root()
-    cell = cell_by_id(cell_id, root)
+    layout = project_layout()
+    root = layout.root
+    cell = load_cell(layout, cell_id)
 
     def show(line: str) -> None:
         if verbose:
@@ -48,16 +50,14 @@ def fetch_cmd(cell_id: str, verbose: bool, as_json: bool) -> None:
 
 
 @command.command(name="verify")
-@click.argument("cell_id", default=DEFAULT_CELL, metavar="[CELL]")
+@cell_argument
 @json_option
 def verify_cmd(cell_id: str, as_json: bool) -> None:
     """Re-hash the wheelhouse against CELL's lock (exit 4 on any difference)."""
-    root = project_root()
-    cell = cell_by_id(cell_id, root)
-    lock = read_lock(root, cell.id)
-    if lock is None:
-        msg = f"{cell.id} has no lock: run 'stackpin wheels fetch {cell.id}'"
-        raise ValidationError(msg)
+    layout = project_layout()
+    cell = load_cell(layout, cell_id)
+    lock = current_lock(layout, cell)
+    root = layout.root
     mismatches = verify_wheelhouse(lock, root)
     if as_json:
         echo_json({"cell": cell.id, "ok": not mismatches, "checked": len(lock.wheels),
