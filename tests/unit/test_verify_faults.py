@@ -11,7 +11,7 @@ import torch
 import verify_helpers
 from tests.tools import need_module
 
-from stackpin_verify import level0, level3, level5, level6, tinylm, training
+from stackpin_verify import level0, level5, level6, tinylm, training
 from stackpin_verify.checks import run_check
 
 need_module("transformers")
@@ -52,58 +52,6 @@ def test_torch_without_a_local_label_is_not_the_vendor_build():
     reason = level0.judge_torch_version("2.9.0", "2.9.0+das.opt1.dtk2604")
     assert reason is not None
     assert "'<none>' vs pinned 'das.opt1.dtk2604'" in reason
-
-
-# --- attention replaced by one returning zeros --------------------------------------------
-
-
-def _zeros_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return torch.zeros_like(q)
-
-
-def test_attention_returning_zeros_fails_the_sdpa_check():
-    ctx = verify_helpers.cpu_context()
-    fn = functools.partial(
-        level3.check_sdpa, ctx, "fp32", gqa=False, causal=True, attn=_zeros_attention
-    )
-    result = run_check("L3.sdpa.fp32.causal", fn)
-    assert result.status == "fail"
-    assert result.reason.startswith("out max_abs_diff")
-    assert "exceed tolerance 0.0001; no gradient path: dq, dk, dv not computed" in result.reason
-
-
-def test_attention_that_is_differentiable_but_wrong_fails_on_values():
-    def shifted(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return level3.sdpa(q, k, v, causal=True) + 0.1
-
-    ctx = verify_helpers.cpu_context()
-    fn = functools.partial(level3.check_sdpa, ctx, "fp32", gqa=True, causal=True, attn=shifted)
-    result = run_check("L3.sdpa.fp32.gqa.causal", fn)
-    assert result.status == "fail"
-    assert "out max_abs_diff 0.1" in result.reason
-
-
-def test_attention_that_raises_reports_the_shape_and_the_exception():
-    def unsupported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        msg = "no kernel image is available for execution on the device"
-        raise RuntimeError(msg)
-
-    ctx = verify_helpers.cpu_context()
-    fn = functools.partial(level3.check_sdpa, ctx, "fp32", gqa=True, causal=False, attn=unsupported)
-    result = run_check("L3.sdpa.fp32.gqa.noncausal", fn)
-    assert result.status == "fail"
-    assert result.reason == (
-        "SDPA failed for q[2, 8, 64, 64] kv[2, 2, 64, 64] fp32 noncausal: "
-        "RuntimeError: no kernel image is available for execution on the device"
-    )
-
-
-def test_real_sdpa_passes_the_same_check():
-    ctx = verify_helpers.cpu_context()
-    fn = functools.partial(level3.check_sdpa, ctx, "fp32", gqa=True, causal=True)
-    result = run_check("L3.sdpa.fp32.gqa.causal", fn)
-    assert result.status == "pass", result.reason
-    assert result.metrics["max_scaled_diff"] <= result.metrics["tolerance"]
 
 
 # --- LoRA target_modules matching nothing ---------------------------------------------------

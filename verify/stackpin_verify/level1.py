@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import torch
 
+from stackpin_verify import capability
 from stackpin_verify.checks import CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import DTYPES, Context
 from stackpin_verify.timing import l2_flush, median_ms
@@ -57,16 +58,16 @@ def gemm_size(device: torch.device) -> int:
     return 4096 if device.type != "cpu" else 256
 
 
-def dtype_support(dtype: torch.dtype, device: torch.device) -> str | None:
-    """Why this device cannot multiply in ``dtype``, or None when a tiny product works."""
-    try:
+def dtype_unsupported(name: str, device: torch.device) -> str | None:
+    """Why ``device`` cannot multiply in ``name`` (capability.py decides; on CPU a tiny
+    product is the probe). Once supported, an exception from the product fails the check."""
+    dtype = DTYPES[name]
+
+    def probe() -> object:
         a = torch.ones(8, 8, dtype=dtype, device=device)
-        out = a @ a
-    except (RuntimeError, TypeError) as exc:
-        return f"{dtype} matmul unsupported on {device.type}: {exc}"
-    if not bool(torch.isfinite(out.float()).all()) or float(out[0, 0]) != 8.0:
-        return f"{dtype} matmul on {device.type} gives wrong results for ones(8,8)@ones(8,8)"
-    return None
+        return a @ a
+
+    return capability.unsupported(name, device, probe)
 
 
 def judge_gemm(
@@ -124,7 +125,7 @@ def triton_bench(device: torch.device) -> Bench | None:
 def check_gemm(ctx: Context, name: str, bench: Bench | None = None) -> Metrics:
     """``bench`` replaces triton's do_bench (tests inject a fake harness)."""
     dtype = DTYPES[name]
-    unsupported = dtype_support(dtype, ctx.device)
+    unsupported = dtype_unsupported(name, ctx.device)
     if unsupported:
         raise Skip(unsupported)
     n = gemm_size(ctx.device)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from stackpin_verify import environment
-from stackpin_verify.checks import CheckResult
+from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, run_check
 from stackpin_verify.context import Context
 
 LEVEL_MODULES = {
@@ -50,13 +52,57 @@ def make_context(
     )
 
 
-def run_levels(ctx: Context, levels: Iterable[int]) -> tuple[list[CheckResult], dict[int, float]]:
-    """All checks of the levels in order, and each level's wall-clock seconds."""
+def left_out_by_default(ctx: Context, level: int) -> str | None:
+    """Why a level that cannot pass anything on this host stays out of a default run (it
+    still runs, and must pass something, when requested with --levels)."""
+    if level == 2 and not ctx.accelerated:
+        return "no accelerator: the Triton kernels compile for a GPU"
+    declared = ctx.image_field("bitsandbytes") or ctx.declares("bitsandbytes")
+    if level == 4 and not declared and importlib.util.find_spec("bitsandbytes") is None:
+        return "bitsandbytes is neither installed nor declared by the image"
+    return None
+
+
+def judge_level(results: Sequence[CheckResult], *, accelerated: bool) -> str | None:
+    """A level that passed nothing proved nothing: a kernel built for another device skips
+    its way to green otherwise. On an accelerator its required checks must pass too."""
+    if not any(r.status == "pass" for r in results):
+        reasons = sorted({r.reason.splitlines()[0][:120] for r in results if r.reason})
+        return "no check passed" + (": " + "; ".join(reasons[:3]) if reasons else "")
+    if accelerated and not any(r.status == "pass" and r.required for r in results):
+        return "on an accelerator, every required check skipped"
+    return None
+
+
+def run_levels(
+    ctx: Context, levels: Iterable[int], *, requested: bool = True
+) -> tuple[list[CheckResult], dict[int, float]]:
+    """All checks of the levels in order, and each level's wall-clock seconds. Levels named
+    explicitly (``requested``) always run; a default run leaves out what cannot apply here
+    and says so in an ``L<n>.level`` skip."""
     results: list[CheckResult] = []
     durations: dict[int, float] = {}
     for level in sorted(set(levels)):
         start = time.perf_counter()
+        left_out = None if requested else left_out_by_default(ctx, level)
+        if left_out is not None:
+            results.append(run_check(f"L{level}.level", functools.partial(_left_out, left_out)))
+            durations[level] = time.perf_counter() - start
+            continue
         module = importlib.import_module(LEVEL_MODULES[level])
-        results.extend(module.run(ctx))
+        found = module.run(ctx)
+        results.extend(found)
+        verdict = judge_level(found, accelerated=ctx.accelerated)
+        if verdict is not None:
+            results.append(run_check(f"L{level}.level", functools.partial(_fail, verdict)))
         durations[level] = time.perf_counter() - start
     return results, durations
+
+
+def _left_out(reason: str) -> Metrics:
+    msg = f"left out of the default run: {reason}; --levels runs it"
+    raise Skip(msg)
+
+
+def _fail(reason: str) -> Metrics:
+    raise CheckFailed(reason)

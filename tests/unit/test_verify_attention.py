@@ -1,0 +1,312 @@
+"""L3's criterion, flash-attention's own: kernel error <= 2 x the same-dtype PyTorch error
+(+ epsilon) against a float32 explicit attention, for out, dq, dk and dv. An honest kernel
+passes every case; one carrying ~3 % output noise, ignoring the causal flag, returning
+zeros or raising fails every case it touches, with a reason that names what broke."""
+
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+import itertools
+import sys
+import types
+
+import pytest
+import torch
+import verify_helpers
+
+from stackpin_verify import attention, level3
+from stackpin_verify.attention import (
+    TensorError,
+    compare_attention,
+    judge_errors,
+    make_qkv,
+    math_attention,
+    sdpa,
+    tensor_error,
+)
+from stackpin_verify.checks import CheckResult, run_check
+from stackpin_verify.context import tiny_work_threads
+
+CTX = verify_helpers.cpu_context()
+SDPA_CASES = level3.cases(CTX, "sdpa")
+FLASH_CASES = level3.cases(CTX, "flash")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """As level3.run does on CPU: the tiny attention math is faster on one thread."""
+    with tiny_work_threads(torch.device("cpu")):
+        yield
+
+
+def _noise(out: torch.Tensor, seed: int = 1) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    noise = torch.randn(out.shape, generator=gen).to(out.dtype)
+    return out + 0.03 * out.detach().abs() * noise
+
+
+def _run_sdpa(case: level3.Case, attn=None) -> CheckResult:
+    return run_check(case.name, functools.partial(level3.check_sdpa, CTX, case, attn=attn))
+
+
+# --- the judge ----------------------------------------------------------------------------
+
+
+def test_bound_is_twice_pytorch_error_plus_epsilon_of_the_reference_scale():
+    ref = torch.tensor([0.0, 4.0], dtype=torch.float64)
+    pt = torch.tensor([0.0, 4.5], dtype=torch.float64)
+    err = tensor_error(torch.tensor([0.0, 5.0]), pt, ref)
+    assert err.pytorch == 0.5
+    assert err.kernel == 1.0
+    assert err.bound == pytest.approx(2 * 0.5 + attention.EPSILON * 4.0)
+    assert err.ok
+    small = tensor_error(torch.tensor([0.0, 0.1]), torch.zeros(2), torch.zeros(2))
+    assert small.bound == pytest.approx(attention.EPSILON)  # max(1, max|ref|) floors the scale
+
+
+def test_judge_passes_at_the_bound_and_fails_just_above_or_on_nan():
+    at = TensorError(kernel=1.0, pytorch=0.5, bound=1.0, factor=2.0)
+    above = TensorError(kernel=1.0000001, pytorch=0.5, bound=1.0, factor=2.0)
+    nan = TensorError(kernel=float("nan"), pytorch=0.5, bound=1.0, factor=4.0)
+    assert judge_errors({"out": at}) is None
+    assert judge_errors({"out": above}) == "out error 1 > 1 (2 x PyTorch's 0.5 + epsilon)"
+    assert judge_errors({"out": at, "dk": nan}) == "dk error nan > 1 (4 x PyTorch's 0.5 + epsilon)"
+
+
+def test_missing_gradient_counts_as_infinite_error():
+    err = tensor_error(None, torch.zeros(2), torch.zeros(2))
+    assert err.kernel == float("inf") and not err.ok
+
+
+# --- SDPA on CPU: every honest case passes, every faulty one fails --------------------------
+
+
+def test_cpu_cases_cover_both_dtypes_gqa_causal_and_odd_lengths():
+    names = {case.name for case in SDPA_CASES}
+    assert len(names) == 24  # fp16, bf16, fp32 x dense, gqa x 2 shapes x causal, noncausal
+    assert "L3.sdpa.bf16.gqa.s113.hd128.causal" in names
+    assert {case.seqlen for case in SDPA_CASES} == {113}
+    assert {case.dim for case in SDPA_CASES} == {64, 128}
+
+
+def test_gpu_cases_include_long_odd_lengths_and_head_dims_96_and_256():
+    gpu = verify_helpers.cpu_context()
+    gpu.device = torch.device("cuda")  # only the case list is built, nothing runs
+    shapes = {(c.seqlen, c.dim) for c in level3.cases(gpu, "flash")}
+    assert {(113, 96), (113, 256), (1023, 128), (2048, 64), (2048, 128)} <= shapes
+    assert {c.kind for c in level3.cases(gpu, "flash")} == {"dense", "gqa", "varlen", "varlen_gqa"}
+    assert {c.dtype for c in level3.cases(gpu, "sdpa")} == {"fp16", "bf16"}
+
+
+@pytest.fixture(scope="module")
+def honest() -> dict[str, CheckResult]:
+    with torch.inference_mode(False):
+        return {case.name: _run_sdpa(case) for case in SDPA_CASES}
+
+
+def test_real_sdpa_passes_every_case(honest):
+    assert [(n, r.reason) for n, r in honest.items() if r.status != "pass"] == []
+    for result in honest.values():
+        assert result.metrics["error_ratio"] <= 1.0
+        assert set(result.metrics["errors"]) == {"out", "dq", "dk", "dv"}
+
+
+@pytest.mark.parametrize("case", SDPA_CASES, ids=lambda c: c.name)
+def test_three_percent_output_noise_fails_every_sdpa_case(case):
+    def noisy(q, k, v):
+        return _noise(sdpa(q, k, v, causal=case.causal))
+
+    result = _run_sdpa(case, noisy)
+    assert result.status == "fail"
+    assert result.reason.startswith("out error ")
+
+
+@pytest.mark.parametrize("case", [c for c in SDPA_CASES if c.causal], ids=lambda c: c.name)
+def test_ignoring_the_causal_flag_fails_every_causal_case(case):
+    result = _run_sdpa(case, functools.partial(sdpa, causal=False))
+    assert result.status == "fail"
+    assert result.reason.startswith("out error ")
+
+
+def test_attention_returning_zeros_fails_values_and_gradients():
+    case = SDPA_CASES[0]
+    result = _run_sdpa(case, lambda q, k, v: torch.zeros_like(q))
+    assert result.status == "fail"
+    assert result.reason.startswith("out error ")
+    assert result.reason.endswith("no gradient path: dq, dk, dv not computed")
+
+
+def test_attention_that_raises_fails_quoting_the_error():
+    def broken(q, k, v):
+        msg = "CUDA error: no kernel image is available for execution on the device"
+        raise RuntimeError(msg)
+
+    case = level3.Case("sdpa", "bf16", "gqa", 113, 64, False)
+    result = _run_sdpa(case, broken)
+    assert (result.status, result.reason) == (
+        "fail",
+        "SDPA failed for gqa seqlen 113 head dim 64 bf16 noncausal: RuntimeError: "
+        "CUDA error: no kernel image is available for execution on the device",
+    )
+
+
+def test_gqa_with_wrong_head_grouping_is_caught():
+    """A kernel that pairs query heads with the wrong KV heads (tile instead of repeat)."""
+
+    def tiled(q, k, v):
+        groups = q.shape[1] // k.shape[1]
+        return sdpa(q, k.repeat(1, groups, 1, 1), v.repeat(1, groups, 1, 1), causal=False)
+
+    inputs = make_qkv([1, 4, 16, 8], [1, 2, 16, 8], dtype=torch.float32, device=torch.device("cpu"))
+    metrics, reason = compare_attention(tiled, functools.partial(math_attention, causal=False), inputs)
+    assert reason is not None and reason.startswith("out error ")
+    assert metrics["error_ratio"] > 1
+
+
+def test_grad_factor_is_flash_attentions_two_off_cpu_and_four_on_cpu():
+    inputs = make_qkv([1, 2, 8, 8], [1, 2, 8, 8], dtype=torch.bfloat16, device=torch.device("cpu"))
+    metrics, _ = compare_attention(
+        functools.partial(sdpa, causal=True), functools.partial(math_attention, causal=True), inputs
+    )
+    assert (metrics["factor"], metrics["grad_factor"]) == (2.0, 4.0)
+    assert metrics["errors"]["dq"]["bound"] >= 4.0 * metrics["errors"]["dq"]["pytorch"]
+
+
+@pytest.mark.parametrize("release", [(2, 1), (2, 4), (2, 5)])
+def test_sdpa_gqa_matches_the_reference_on_every_pinned_torch(monkeypatch, release):
+    """enable_gqa exists from torch 2.5; before, the KV heads are repeated."""
+    monkeypatch.setattr(attention, "torch_release", lambda: release)
+    calls = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(q, k, v, **kwargs):
+        calls.append((k.shape[1], sorted(kwargs)))
+        if release < (2, 5):
+            assert "enable_gqa" not in kwargs
+        return real(q, k, v, **kwargs)
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", recording)
+    q, k, v = make_qkv([1, 4, 16, 8], [1, 2, 16, 8], dtype=torch.float64, device=torch.device("cpu"))
+    for causal in (True, False):
+        expected = math_attention(q, k, v, causal=causal)
+        assert torch.allclose(sdpa(q, k, v, causal=causal), expected, atol=1e-12)
+    assert calls[0][0] == (2 if release >= (2, 5) else 4)
+
+
+# --- FlashAttention's cases, with a stand-in module on CPU -----------------------------------
+
+
+def _dense(q, k, v, causal=False):
+    return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal).transpose(
+        1, 2
+    )
+
+
+def _varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
+    pieces = [
+        _dense(q[a:b][None], k[a:b][None], v[a:b][None], causal=causal)[0]
+        for a, b in itertools.pairwise(cu_q.tolist())
+    ]
+    return torch.cat(pieces)
+
+
+def _module(dense=_dense, varlen=_varlen) -> types.ModuleType:
+    module = types.ModuleType("flash_attn")
+    module.__spec__ = importlib.machinery.ModuleSpec("flash_attn", None)
+    module.__version__ = "sdpa-stand-in"
+    module.flash_attn_func = dense
+    module.flash_attn_varlen_func = varlen
+    return module
+
+
+def _run_flash(case: level3.Case, module: types.ModuleType) -> CheckResult:
+    return run_check(case.name, functools.partial(level3.check_flash_case, CTX, case, flash=module))
+
+
+@pytest.mark.parametrize("case", FLASH_CASES[::3], ids=lambda c: c.name)
+def test_correct_flash_kernel_passes(case):
+    result = _run_flash(case, _module())
+    assert result.status == "pass", result.reason
+    if case.kind.startswith("varlen"):
+        assert result.metrics["seqlens"] == [113, 59, 38]
+
+
+# Every other case: the stand-in is SDPA, whose cases all fail above; every real
+# FlashAttention case failed on an H200 (docs/evidence/h200-faults).
+@pytest.mark.parametrize("case", FLASH_CASES[::2], ids=lambda c: c.name)
+def test_three_percent_output_noise_fails_flash_cases(case):
+    noisy = _module(
+        dense=lambda *a, **k: _noise(_dense(*a, **k)), varlen=lambda *a, **k: _noise(_varlen(*a, **k))
+    )
+    result = _run_flash(case, noisy)
+    assert result.status == "fail"
+    assert result.reason.startswith("out error ")
+
+
+def test_varlen_kernel_attending_across_sequences_fails():
+    def across(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
+        return _dense(q[None], k[None], v[None], causal=causal)[0]
+
+    case = level3.Case("flash", "bf16", "varlen", 113, 64, False)
+    result = _run_flash(case, _module(varlen=across))
+    assert result.status == "fail"
+    assert result.reason.startswith("out error ")
+
+
+def test_flash_exception_names_the_case():
+    def broken(*args, **kwargs):
+        msg = "FlashAttention only supports head dimension at most 256"
+        raise RuntimeError(msg)
+
+    case = level3.Case("flash", "fp16", "gqa", 113, 128, True)
+    result = _run_flash(case, _module(dense=broken))
+    assert result.reason == (
+        "FlashAttention failed for gqa seqlen 113 head dim 128 fp16 causal: "
+        "RuntimeError: FlashAttention only supports head dimension at most 256"
+    )
+
+
+def test_flash_image_without_an_accelerator_fails_the_import_gate():
+    ctx = verify_helpers.cpu_context(verify_helpers.image_info(attention="flash_attn"))
+    results = level3.run_flash(ctx)
+    gate = results[0]
+    assert (gate.name, gate.status) == ("L3.flash.import", "fail")
+    assert gate.reason == (
+        "no accelerator: FlashAttention runs on GPUs only, but the image's attention is flash_attn"
+    )
+    assert len(results) == len(FLASH_CASES) + 2  # gate, cases, speedup
+    assert all(r.status == "skip" for r in results[1:])
+    assert results[1].reason.startswith("L3.flash.import did not pass: no accelerator")
+
+
+def test_sdpa_image_without_flash_attn_skips_flash(monkeypatch):
+    monkeypatch.setitem(sys.modules, "flash_attn", None)
+    monkeypatch.setattr(level3.importlib.util, "find_spec", lambda name: None)
+    [result] = level3.run_flash(verify_helpers.cpu_context(verify_helpers.image_info()))
+    assert (result.name, result.status) == ("L3.flash", "skip")
+
+
+# --- speed, named for what it compares ------------------------------------------------------
+
+
+def test_speedup_reports_default_kernel_and_math_path_separately(monkeypatch):
+    times = iter([0.1, 0.05, 4.0])  # flash, SDPA default, SDPA math (ms)
+    monkeypatch.setattr(level3, "median_ms", lambda fn, device: (next(times), []))
+    monkeypatch.setattr(level3, "SPEEDUP_SHAPE", (1, 16, 2, 8))
+    metrics = level3.check_flash_speedup(CTX, flash=_module())
+    assert metrics["flash_ms"] == 0.1
+    assert metrics["sdpa_default_ms"] == 0.05
+    assert metrics["sdpa_math_ms"] == 4.0
+    assert metrics["speedup_vs_sdpa_default"] == pytest.approx(0.5)
+    assert metrics["speedup_vs_sdpa_math"] == pytest.approx(40.0)
+    assert "speedup_vs_sdpa" not in metrics
+
+
+def test_flash_slower_than_the_math_path_fails(monkeypatch):
+    times = iter([5.0, 0.05, 4.0])
+    monkeypatch.setattr(level3, "median_ms", lambda fn, device: (next(times), []))
+    monkeypatch.setattr(level3, "SPEEDUP_SHAPE", (1, 16, 2, 8))
+    result = run_check("L3.flash.speedup", lambda: level3.check_flash_speedup(CTX, flash=_module()))
+    assert result.status == "fail"
+    assert result.reason == "FlashAttention (5.000 ms) is slower than SDPA math (4.000 ms)"
