@@ -96,13 +96,13 @@ def test_versions_and_key_numbers(shipped_cells):
                              "numpy": "1.26.4", "transformers": "4.57.6"}
     assert k100.numbers["gemm_tflops"] == 98.1
     assert k100.gemm_check == "L1.gemm.fp16"
-    assert k100.numbers["flash_speedup"] == 23.14
+    assert k100.numbers["flash_vs_sdpa_math"] == 23.14
     assert k100.loss == (6.2383, 0.0417)
     assert k100.numbers["loss_drop"] == pytest.approx((6.2383 - 0.0417) / 6.2383)
     real = rows["host:vm"]
     assert real.versions["torch"].endswith("+cpu")
     assert real.numbers["gemm_tflops"] > 0
-    assert "flash_speedup" not in real.numbers  # L3.flash skipped: no number, not zero
+    assert "flash_vs_sdpa_math" not in real.numbers  # L3.flash skipped: no number, not zero
 
 
 def test_failing_check_shows_with_its_reason_in_all_four_outputs(shipped_cells):
@@ -220,7 +220,7 @@ def test_baseline_marks_regressions_in_all_outputs_and_exits_nonzero(tmp_path):
     assert changes[(k100, FAILING_CHECK)]["new"] == "fail"
     gemm = changes[(k100, "gemm_tflops")]  # 113.5 -> 98.1: -13.6% past 10%
     assert gemm["worse"] and gemm["old"] == "113.5" and gemm["new"] == "98.1"
-    assert (k100, "flash_speedup") not in changes  # 23.4 -> 23.14 is within 10%
+    assert (k100, "flash_vs_sdpa_math") not in changes  # 23.4 -> 23.14 is within 10%
     assert not any(c["row"].startswith(CPU_CELL) for c in data["changes"])  # unchanged row
     assert data["regressions"] == 2
     md = (new / "grid.md").read_text()
@@ -276,9 +276,9 @@ def test_vanished_checks_and_rows_are_regressions(shipped_cells):
 
 def test_improvements_are_marked_but_do_not_fail(shipped_cells):
     old = reports.parse_baseline("old", gridlib.render_json(_grid(shipped_cells, (K100,))))
-    old[f"{K100_CELL}/enhanced"]["numbers"]["flash_speedup"] = 10.0
+    old[f"{K100_CELL}/enhanced"]["numbers"]["flash_vs_sdpa_math"] = 10.0
     new = reports.compare(_grid(shipped_cells, (K100,)), old, source="old", threshold=0.1)
-    change = next(c for c in new.changes if c.name == "flash_speedup")
+    change = next(c for c in new.changes if c.name == "flash_vs_sdpa_math")
     assert not change.worse and change.detail.startswith("10 -> 23.14 (+131.4%")
     assert new.regressions == ()
     assert "△ was 10" in gridlib.render_markdown(new)
