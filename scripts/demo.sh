@@ -12,4 +12,4 @@ $sp images
 $sp verify | tail -n 3
 [ -f out/keys/stackpin.key ] || $sp keys generate -o out/keys
 $sp bundle export -o out/bundle --sign-key out/keys/stackpin.key --force
-echo "demo: done; the site loads out/bundle with bin/preflight.sh, bin/load.sh, bin/verify.sh"
+echo "demo: done; the site loads out/bundle with STACKPIN_PUBKEY=out/keys/stackpin.pub and bin/preflight.sh, bin/load.sh, bin/verify.sh"

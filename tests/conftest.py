@@ -16,6 +16,18 @@ CPU_CELL = "cpu-bookworm-torch2130-py311"
 K100_CELL = "dtk2604-k100-torch290-py310"
 
 
+@pytest.fixture(autouse=True)
+def _no_site_trust(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+                   ) -> None:
+    """No test trusts a key by accident: the host's trust file and variables are ignored."""
+    from stackpin.bundle import trust
+
+    monkeypatch.setattr(trust, "SITE_TRUST_FILE",
+                        tmp_path_factory.getbasetemp() / "no-site-trust" / "trusted.pub")
+    monkeypatch.delenv(trust.PUBKEY_ENV, raising=False)
+    monkeypatch.delenv(trust.INSECURE_ENV, raising=False)
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

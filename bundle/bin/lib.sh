@@ -6,9 +6,31 @@
 BUNDLE_BIN=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 BUNDLE=$(dirname -- "$BUNDLE_BIN")
 FAILED=0
+# Trust: the key comes from the site, never from the bundle. Precedence: --pubkey FILE,
+# then $STACKPIN_PUBKEY, then the site trust file. The only way past a missing, malformed
+# or foreign signature is the explicit opt-out, and every line then says so.
+SITE_TRUST_FILE=/etc/stackpin/trusted.pub
+TRUST_PUBKEY=${STACKPIN_PUBKEY:-}
+TRUST_ORIGIN=STACKPIN_PUBKEY
+INSECURE=0
+case ${STACKPIN_INSECURE_UNSIGNED:-} in ''|0) ;; *) INSECURE=1 ;; esac
+ALLOW_HOST_ACCESS=0
+case ${STACKPIN_ALLOW_HOST_ACCESS:-} in ''|0) ;; *) ALLOW_HOST_ACCESS=1 ;; esac
+TRUST_CHECKED=0
+# Size caps, checked with stat before a byte is read: manifest.json is parsed by sed and
+# openssl reads it whole (ed25519 signs the whole message); SHA256SUMS is read by sed/awk.
+MAX_MANIFEST_BYTES=16777216
+MAX_SUMS_BYTES=16777216
+MAX_KEY_BYTES=65536
+SIGNATURE_BYTES=64
 
-say() {  # LEVEL MESSAGE: one line, PASS/FAIL/WARN/INFO first
-    printf '%-4s  %s\n' "$1" "$2"
+say() {  # LEVEL MESSAGE: one line, PASS/FAIL/WARN/INFO first; controls in MESSAGE escaped
+    local text=${2//[$'\001'-$'\037'$'\177']/?}
+    if [ "$INSECURE" -eq 1 ]; then
+        printf '%-4s  %s  [INSECURE: signature not checked]\n' "$1" "$text"
+    else
+        printf '%-4s  %s\n' "$1" "$text"
+    fi
 }
 
 fail() {
@@ -25,10 +47,79 @@ need() {  # COMMAND WHY
     command -v "$1" >/dev/null 2>&1 || die "$1 is not installed: $2"
 }
 
-# The sha256 of SHA256SUMS as the manifest records it, on its own line by construction.
+# The options every script takes; the rest is left in REST (a "--" and what follows too).
+REST=()
+take_common_args() {
+    while [ "$#" -gt 0 ]; do
+        case $1 in
+            --pubkey) [ "$#" -ge 2 ] || die "--pubkey needs a file"
+                TRUST_PUBKEY=$2; TRUST_ORIGIN=--pubkey; shift 2 ;;
+            --pubkey=*) TRUST_PUBKEY=${1#--pubkey=}; TRUST_ORIGIN=--pubkey; shift ;;
+            --insecure-unsigned) INSECURE=1; shift ;;
+            --allow-host-access) ALLOW_HOST_ACCESS=1; shift ;;
+            --) REST+=("$@"); return 0 ;;
+            *) REST+=("$1"); shift ;;
+        esac
+    done
+}
+
+file_size() {  # PATH: the size from the inode, without reading the file
+    stat -L -c %s -- "$1"
+}
+
+# PATH LIMIT WHAT: a regular file (no link, device or fifo) of at most LIMIT bytes.
+small_regular_file() {
+    if [ ! -f "$1" ] || [ -L "$1" ]; then
+        die "$3 is missing or not a regular file: get a fresh copy of the bundle"
+    fi
+    local size
+    size=$(file_size "$1") || die "$3: cannot read its size"
+    [ "$size" -le "$2" ] || die "$3 is $size bytes, larger than $2: not a file stackpin wrote; do not load it"
+}
+
+# openssl 1.1.1 or newer (LibreSSL lacks pkeyutl -rawin for ed25519).
+openssl_verifies_ed25519() {
+    command -v openssl >/dev/null 2>&1 \
+        && openssl version 2>/dev/null | grep -qE '^OpenSSL (1\.1\.1|[3-9]\.)'
+}
+
+# The signature over the exact bytes of manifest.json, against the site's key, before any
+# field of it is read. Fails closed: no key, no signature, a malformed one, no verifier.
+check_trust() {
+    [ "$TRUST_CHECKED" -eq 0 ] || return 0
+    TRUST_CHECKED=1
+    small_regular_file "$BUNDLE/manifest.json" "$MAX_MANIFEST_BYTES" manifest.json
+    if [ "$INSECURE" -eq 1 ]; then
+        say WARN "signature: NOT CHECKED (--insecure-unsigned / STACKPIN_INSECURE_UNSIGNED): anyone who could touch this bundle could have changed it"
+        return 0
+    fi
+    if [ -z "$TRUST_PUBKEY" ] && [ -e "$SITE_TRUST_FILE" ]; then
+        TRUST_PUBKEY=$SITE_TRUST_FILE
+        TRUST_ORIGIN="site trust file"
+    fi
+    [ -n "$TRUST_PUBKEY" ] || die "no trusted key: pass --pubkey stackpin.pub (received from the build host by a separate channel), set STACKPIN_PUBKEY or install $SITE_TRUST_FILE; --insecure-unsigned skips the check"
+    small_regular_file "$TRUST_PUBKEY" "$MAX_KEY_BYTES" "public key $TRUST_PUBKEY ($TRUST_ORIGIN)"
+    if [ ! -e "$BUNDLE/manifest.sig" ] && [ ! -L "$BUNDLE/manifest.sig" ]; then
+        die "manifest.sig is missing: refusing an unsigned bundle; do not load it"
+    fi
+    small_regular_file "$BUNDLE/manifest.sig" "$SIGNATURE_BYTES" manifest.sig
+    [ "$(file_size "$BUNDLE/manifest.sig")" -eq "$SIGNATURE_BYTES" ] \
+        || die "manifest.sig is not a $SIGNATURE_BYTES-byte ed25519 signature: damaged or re-signed with another tool; do not load it"
+    openssl_verifies_ed25519 \
+        || die "openssl >= 1.1.1 is not installed, so this host cannot check the ed25519 signature: install it (Debian/Ubuntu: openssl) or verify on a trusted host with stackpin bundle verify; nothing was loaded"
+    if ! openssl pkeyutl -verify -pubin -inkey "$TRUST_PUBKEY" -rawin \
+        -in "$BUNDLE/manifest.json" -sigfile "$BUNDLE/manifest.sig" >/dev/null 2>&1; then
+        die "manifest.sig does not match manifest.json for the key from $TRUST_ORIGIN: edited after signing or signed with another key; do not load it"
+    fi
+    say PASS "signature: manifest.json is signed by the key from $TRUST_ORIGIN ($TRUST_PUBKEY)"
+}
+
+# The sha256 of SHA256SUMS as the signed manifest records it, on its own line by
+# construction. Read only after check_trust (signature, size cap).
 manifest_sums_hash() {
+    check_trust
     local found
-    found=$(sed -n 's/^  "sha256sums": "\([0-9a-f]\{64\}\)",\{0,1\}$/\1/p' "$BUNDLE/manifest.json")
+    found=$(sed -n 's/^  "sha256sums": "\([0-9a-f]\{64\}\)",\{0,1\}$/\1/p' "$BUNDLE/manifest.json" | head -n 2)
     if [ "$(printf '%s\n' "$found" | grep -c .)" -ne 1 ]; then
         die "manifest.json has no single sha256sums line: the bundle is damaged; get a fresh copy"
     fi
@@ -37,17 +128,13 @@ manifest_sums_hash() {
 
 # manifest.json -> SHA256SUMS -> every file; paths in SHA256SUMS must be plain and inside.
 check_sums_file() {
-    if [ ! -f "$BUNDLE/manifest.json" ] || [ -L "$BUNDLE/manifest.json" ]; then
-        die "manifest.json is missing: this is not a complete stackpin bundle"
-    fi
-    if [ ! -f "$BUNDLE/SHA256SUMS" ] || [ -L "$BUNDLE/SHA256SUMS" ]; then
-        die "SHA256SUMS is missing: the bundle is incomplete; get a fresh copy"
-    fi
+    check_trust
+    small_regular_file "$BUNDLE/SHA256SUMS" "$MAX_SUMS_BYTES" SHA256SUMS
     local want have
     want=$(manifest_sums_hash)
     have=$(sha256sum < "$BUNDLE/SHA256SUMS" | cut -d' ' -f1)
     [ "$want" = "$have" ] || die "SHA256SUMS does not match manifest.json: the bundle was altered; do not load it"
-    if grep -vqE '^[0-9a-f]{64}  [A-Za-z0-9_+-][A-Za-z0-9._+-]*(/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)*$' \
+    if LC_ALL=C grep -vqE '^[0-9a-f]{64}  [A-Za-z0-9_+-][A-Za-z0-9._+-]*(/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)*$' \
         "$BUNDLE/SHA256SUMS"; then
         die "SHA256SUMS lists an unsafe path: the bundle was altered; do not load it"
     fi
@@ -55,41 +142,22 @@ check_sums_file() {
 
 # No links, devices or files the manifest does not list; nothing listed missing. Unlisted
 # files under models/ are the site's own models (the folder start.sh mounts), not extras.
+# Streams: no listing is held in a shell variable.
 check_listing() {
-    local odd listed present extra missing
-    odd=$(cd "$BUNDLE" && find . ! -type f ! -type d -print | head -n 1)
+    local odd extra missing
+    odd=$(cd "$BUNDLE" && find . ! -type f ! -type d -print | head -n 1 | tr -c '[:print:]\n' '?')
     [ -z "$odd" ] || die "${odd#./} is a link, device or fifo: a bundle holds regular files only"
-    listed=$(sed 's/^[0-9a-f]\{64\}  //' "$BUNDLE/SHA256SUMS" | LC_ALL=C sort)
-    present=$(cd "$BUNDLE" && find . -type f ! -path ./manifest.json ! -path ./manifest.sig \
-        ! -path ./SHA256SUMS -print | sed 's|^\./||' | LC_ALL=C sort)
-    extra=$(LC_ALL=C comm -13 <(printf '%s\n' "$listed") <(printf '%s\n' "$present") \
-        | { grep -v '^models/' || true; } | head -n 1)
-    missing=$(LC_ALL=C comm -23 <(printf '%s\n' "$listed") <(printf '%s\n' "$present") | head -n 1)
+    extra=$(LC_ALL=C comm -13 <(sed 's/^[0-9a-f]\{64\}  //' "$BUNDLE/SHA256SUMS" | LC_ALL=C sort) \
+        <(present_files) | { grep -v '^models/' || true; } | head -n 1 | tr -c '[:print:]\n' '?')
+    missing=$(LC_ALL=C comm -23 <(sed 's/^[0-9a-f]\{64\}  //' "$BUNDLE/SHA256SUMS" | LC_ALL=C sort) \
+        <(present_files) | head -n 1)
     [ -z "$extra" ] || die "$extra is not in the manifest (an extra file): remove it or get a fresh copy"
     [ -z "$missing" ] || die "$missing is missing: the bundle is incomplete; get a fresh copy"
 }
 
-# PUBKEY (may be empty): refuse a missing or bad signature when a key is given.
-check_signature() {
-    local pubkey=$1
-    if [ -z "$pubkey" ]; then
-        if [ -f "$BUNDLE/manifest.sig" ]; then
-            say WARN "manifest.sig not checked: pass --pubkey stackpin.pub (from the build host, by a separate channel)"
-        else
-            say WARN "the bundle is not signed: only its checksums are checked"
-        fi
-        return 0
-    fi
-    [ -f "$pubkey" ] || die "public key $pubkey does not exist"
-    if [ ! -f "$BUNDLE/manifest.sig" ] || [ -L "$BUNDLE/manifest.sig" ]; then
-        die "manifest.sig is missing but a public key was given: refusing an unsigned bundle"
-    fi
-    need openssl "OpenSSL >= 1.1.1 verifies the ed25519 signature (or verify with stackpin on a trusted host)"
-    if ! openssl pkeyutl -verify -pubin -inkey "$pubkey" -rawin \
-        -in "$BUNDLE/manifest.json" -sigfile "$BUNDLE/manifest.sig" >/dev/null 2>&1; then
-        die "manifest.sig does not match manifest.json for $pubkey: edited after signing or signed with another key; do not load it"
-    fi
-    say PASS "signature: manifest.json is signed by $pubkey"
+present_files() {
+    (cd "$BUNDLE" && find . -type f ! -path ./manifest.json ! -path ./manifest.sig \
+        ! -path ./SHA256SUMS -print | sed 's|^\./||' | LC_ALL=C sort)
 }
 
 # Every file against SHA256SUMS (all of them, or only the PATHS given).
@@ -126,6 +194,62 @@ load_profile() {  # PROFILE
     check_files "bin/profiles/$profile.conf"
     # shellcheck source=/dev/null
     . "$BUNDLE/bin/profiles/$profile.conf"
+    check_run_args "$profile" "${PROFILE_RUN_ARGS[@]+"${PROFILE_RUN_ARGS[@]}"}"
+}
+
+# Host paths a container may not mount without the site's explicit consent: the root,
+# system and credential folders, the Docker socket and state.
+SENSITIVE_HOST_PATHS=(/ /etc /root /home /boot /proc /sys /dev /run /var /var/run /var/lib
+    /var/lib/docker /var/run/docker.sock /run/docker.sock /usr /bin /sbin /lib /lib64 /opt /srv
+    /tmp /mnt /media)
+
+sensitive_mount() {  # HOST_PATH: 0 when it is, or contains, or lies in a sensitive folder
+    local host=$1 path
+    case /$host/ in */../*|*/./*) return 0 ;; esac
+    [ "${host#/}" != "$host" ] || return 0  # not absolute: a named volume or a trick
+    while [[ "$host" == *//* ]]; do host=${host//\/\//\/}; done
+    [ "$host" = / ] || host=${host%/}
+    for path in "${SENSITIVE_HOST_PATHS[@]}"; do
+        [ "$host" != "$path" ] || return 0
+    done
+    case $host in
+        /etc/*|/root/*|/boot/*|/proc/*|/sys/*|/dev/*|/run/*|/var/run/*|/var/lib/docker/*) return 0 ;;
+        /usr/*|/bin/*|/sbin/*|/lib/*|/lib64/*|/home/*) return 0 ;;
+    esac
+    return 1
+}
+
+# PROFILE ARGS...: the docker run options of a signed profile, each one a kind stackpin
+# writes. Options that reach into the host (privileged, host namespaces, capabilities,
+# security profiles off, other devices, sensitive mounts) need the site's explicit
+# --allow-host-access (or STACKPIN_ALLOW_HOST_ACCESS=1); any other option is refused.
+check_run_args() {
+    local profile=$1 arg host broad
+    shift
+    for arg in "$@"; do
+        broad=""
+        case $arg in
+            --device=/dev/kfd|--device=/dev/dri|--device=/dev/mkfd|--device=/dev/dri/*) ;;
+            --device=/dev/nvidia*|--device=/dev/infiniband|--device=/dev/infiniband/*) ;;
+            --device=*) broad="device ${arg#--device=}" ;;
+            --group-add=*) [[ "${arg#*=}" =~ ^[a-z_][a-z0-9_-]*$|^[0-9]+$ ]] || broad=$arg ;;
+            --shm-size=*) [[ "${arg#*=}" =~ ^[0-9]+[bkmgBKMG]?$ ]] || die "profile $profile: bad $arg" ;;
+            --gpus=*) [[ "${arg#*=}" =~ ^[A-Za-z0-9,=:\"-]+$ ]] || die "profile $profile: bad $arg" ;;
+            --ipc=private|--ipc=shareable|--ipc=none) ;;
+            --volume=*)
+                host=${arg#--volume=}
+                host=${host%%:*}
+                if sensitive_mount "$host"; then broad="mount of host $host"; fi ;;
+            --privileged|--ipc=host|--network=host|--net=host|--pid=host|--userns=host|--uts=host|--cgroupns=host) broad=$arg ;;
+            --cap-add=*|--security-opt=*|--device-cgroup-rule=*) broad=$arg ;;
+            *) die "profile $profile: '$arg' is not a run option stackpin writes: the profile was altered; do not run it" ;;
+        esac
+        if [ -n "$broad" ]; then
+            [ "$ALLOW_HOST_ACCESS" -eq 1 ] \
+                || die "profile $profile asks for host access ($broad): run only if you trust it, with --allow-host-access (or STACKPIN_ALLOW_HOST_ACCESS=1)"
+            say WARN "profile $profile: host access allowed by the site: $broad"
+        fi
+    done
 }
 
 container_name() {  # PROFILE

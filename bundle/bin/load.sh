@@ -1,18 +1,19 @@
 #!/bin/bash
 # Verify the whole bundle, then load its images: zstd -dc images.tar.zst | docker load.
-# Nothing reaches Docker unless every check passed.
-#   bin/load.sh [--pubkey stackpin.pub]     (or STACKPIN_PUBKEY=stackpin.pub bin/load.sh)
+# Nothing reaches Docker unless every check passed, the signature first.
+#   bin/load.sh [--pubkey stackpin.pub] [--insecure-unsigned]
+# The key: --pubkey, else $STACKPIN_PUBKEY, else /etc/stackpin/trusted.pub; without one
+# (or with an unsigned or foreign-signed bundle) load refuses. STACKPIN_INSECURE_UNSIGNED=1
+# is the same opt-out as --insecure-unsigned.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 
-pubkey=${STACKPIN_PUBKEY:-}
-while [ "$#" -gt 0 ]; do
-    case $1 in
-        --pubkey) [ "$#" -ge 2 ] || die "--pubkey needs a file"; pubkey=$2; shift 2 ;;
-        --pubkey=*) pubkey=${1#--pubkey=}; shift ;;
-        -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
-        *) die "unknown argument $1 (usage: load.sh [--pubkey FILE])" ;;
+take_common_args "$@"
+for arg in "${REST[@]+"${REST[@]}"}"; do
+    case $arg in
+        -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+        *) die "unknown argument $arg (usage: load.sh [--pubkey FILE] [--insecure-unsigned])" ;;
     esac
 done
 
@@ -20,14 +21,17 @@ need sha256sum "coreutils checks every file"
 need zstd "it decompresses images.tar.zst"
 need docker "it loads the images"
 
+check_trust
 check_sums_file
-check_signature "$pubkey"
 check_listing
 check_files
 say PASS "checksums: every file matches SHA256SUMS, no file missing or extra"
 load_bundle_conf
+[[ "$BUNDLE_UNPACKED_BYTES" =~ ^[0-9]{1,16}$ ]] || die "bin/bundle.conf: BUNDLE_UNPACKED_BYTES is not a size"
 
-zstd -dc "$BUNDLE/images.tar.zst" | docker load
+# zstd's window is capped (--memory), and no more than the signed size reaches Docker.
+zstd -dc --memory=128MB "$BUNDLE/images.tar.zst" | head -c "$BUNDLE_UNPACKED_BYTES" | docker load \
+    | while IFS= read -r line; do say INFO "docker: $line"; done
 for image_id in "${BUNDLE_IMAGE_IDS[@]}"; do
     docker image inspect --format '{{.Id}}' "$image_id" >/dev/null 2>&1 \
         || die "after docker load, image $image_id is absent: check 'docker images' and the daemon's log"

@@ -1,9 +1,13 @@
 #!/bin/bash
 # Can this host run the bundle? One PASS/FAIL/WARN line per check; exit 1 on any FAIL.
-# Reads only the bundle's bin/bundle.conf (checked against SHA256SUMS) and the host.
+# Reads only the bundle's bin/bundle.conf (signature, then SHA256SUMS) and the host.
+# Options: --pubkey FILE, --insecure-unsigned (as load.sh).
 set -uo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
+
+take_common_args "$@"
+[ "${#REST[@]}" -eq 0 ] || die "unknown argument ${REST[0]} (usage: preflight.sh [--pubkey FILE])"
 
 to_bytes() {  # 32g, 16G, 64gb, 1024m, 512k, 1000 -> bytes
     local text=${1,,} number unit
@@ -25,6 +29,12 @@ gib() { awk -v b="$1" 'BEGIN { printf "%.1f GiB", b / 1073741824 }'; }
 for tool in sha256sum zstd docker; do
     command -v "$tool" >/dev/null 2>&1 || { say FAIL "$tool: not installed"; FAILED=1; }
 done
+if openssl_verifies_ed25519; then
+    say PASS "openssl: $(openssl version | cut -d' ' -f2) verifies the ed25519 signature"
+elif [ "$INSECURE" -eq 0 ]; then
+    say FAIL "openssl >= 1.1.1 absent: the scripts cannot check manifest.sig and refuse the bundle; install openssl"
+    FAILED=1
+fi
 [ "$FAILED" -eq 0 ] || exit 1
 load_bundle_conf
 say PASS "bundle: format ${BUNDLE_FORMAT_VERSION}, profiles ${BUNDLE_PROFILES[*]}, platform ${BUNDLE_PLATFORMS[*]}"
@@ -42,11 +52,6 @@ else
     fail "docker: no engine answers (start it: systemctl start docker), or this user may not use it"
 fi
 
-if command -v openssl >/dev/null 2>&1 && openssl version 2>/dev/null | grep -qE '^OpenSSL (1\.1\.1|[3-9]\.)'; then
-    say PASS "openssl: $(openssl version | cut -d' ' -f2) verifies ed25519 signatures (load.sh --pubkey)"
-else
-    say WARN "openssl >= 1.1.1 absent: load.sh cannot check manifest.sig; verify it on a trusted host"
-fi
 
 for platform in "${BUNDLE_PLATFORMS[@]}"; do
     case $platform in

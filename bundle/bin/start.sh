@@ -6,10 +6,15 @@
 #   STACKPIN_CONTAINER_PORT (default 8000)        STACKPIN_START_TIMEOUT seconds (default 180)
 # The default command serves the state directory with python's http.server from the
 # image's environment: a health endpoint for images that have no service of their own.
+# Options (before PROFILE): --pubkey FILE, --insecure-unsigned, and --allow-host-access for
+# a profile whose signed run flags reach into the host (privileged, host namespaces,
+# capabilities, sensitive mounts). The signature is checked first, as by load.sh.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 
+take_common_args "$@"
+set -- "${REST[@]+"${REST[@]}"}"
 [ "$#" -ge 1 ] || die "usage: start.sh PROFILE [-- COMMAND...]"
 profile=$1
 shift

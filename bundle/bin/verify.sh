@@ -2,10 +2,14 @@
 # Run the in-image verification at the site: bin/verify.sh [PROFILE...] [-- VERIFY-ARGS...]
 # Default: every profile. Reports go next to the bundle: <bundle>.reports/PROFILE/report.json
 # and report.xml (STACKPIN_REPORT_DIR overrides <bundle>.reports). Exit 0 = all passed.
+# Options: --pubkey FILE, --insecure-unsigned, --allow-host-access (as load.sh / start.sh):
+# the signature is checked first, as by load.sh.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 
+take_common_args "$@"
+set -- "${REST[@]+"${REST[@]}"}"
 profiles=()
 while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do
     profiles+=("$1")

@@ -27,10 +27,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 
 from stackpin.errors import BundleError
 from stackpin.lock import atomic_write
+from stackpin.untrusted import read_bounded, shown
 
 PRIVATE_NAME = "stackpin.key"
 PUBLIC_NAME = "stackpin.pub"
 SIGNATURE_BYTES = 64
+MAX_KEY_BYTES = 64 << 10  # a PEM ed25519 key is ~120 bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,8 +83,9 @@ def generate(out_dir: Path, *, force: bool = False) -> KeyPair:
 def load_private(path: Path) -> Ed25519PrivateKey:
     try:
         mode = path.stat().st_mode & 0o077
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as exc:
+        data = read_bounded(path, limit=MAX_KEY_BYTES, what="signing key", error=BundleError)
+        key = serialization.load_pem_private_key(data, password=None)
+    except (OSError, ValueError, TypeError, BundleError) as exc:
         msg = f"cannot read the signing key {path} ({exc}); make one: `stackpin keys generate`"
         raise BundleError(msg) from None
     if not isinstance(key, Ed25519PrivateKey):
@@ -95,10 +98,12 @@ def load_private(path: Path) -> Ed25519PrivateKey:
 
 
 def load_public(path: Path) -> Ed25519PublicKey:
+    data = read_bounded(path, limit=MAX_KEY_BYTES, what="public key", error=BundleError)
     try:
-        key = serialization.load_pem_public_key(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        msg = f"cannot read the public key {path} ({exc}); pass the stackpin.pub of the signer"
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError) as exc:
+        msg = (f"cannot read the public key {shown(path)} ({shown(exc, limit=80)}); pass the "
+               "stackpin.pub of the signer")
         raise BundleError(msg) from None
     if not isinstance(key, Ed25519PublicKey):
         msg = f"{path} is not an ed25519 public key; pass the stackpin.pub of the signer"

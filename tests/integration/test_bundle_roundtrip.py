@@ -77,7 +77,8 @@ def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, docker_engine: 
     try:
         _remove(docker_engine, image["id"])
 
-        done = _script(bundle, "preflight.sh")
+        trusted = {"STACKPIN_PUBKEY": str(pubkey)}  # the site's key, as an operator sets it
+        done = _script(bundle, "preflight.sh", env=trusted)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "FAIL" not in done.stdout
 
@@ -87,13 +88,13 @@ def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, docker_engine: 
         assert loaded is not None
         assert set(image["tags"]) <= set(loaded.tags)
 
-        done = _script(bundle, "verify.sh")
+        done = _script(bundle, "verify.sh", env=trusted)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
         report = json.loads((bundle.parent / "site.reports" / "stable" / "report.json").read_text())
         assert report["summary"]["required_failed"] == 0
         assert (bundle.parent / "site.reports" / "stable" / "report.xml").is_file()
 
-        done = _script(bundle, "start.sh", "stable", env={"STACKPIN_PORT": str(port)})
+        done = _script(bundle, "start.sh", "stable", env={**trusted, "STACKPIN_PORT": str(port)})
         assert done.returncode == 0, done.stdout + done.stderr
         state = _inspect("stackpin_site_stable")
         assert state["State"]["Health"]["Status"] == "healthy"
@@ -103,7 +104,7 @@ def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, docker_engine: 
             assert response.status == 200
         assert (bundle.parent / "site.state" / "stable").is_dir()
 
-        again = _script(bundle, "start.sh", "stable", env={"STACKPIN_PORT": str(port)})
+        again = _script(bundle, "start.sh", "stable", env={**trusted, "STACKPIN_PORT": str(port)})
         assert again.returncode != 0
         assert "already running" in again.stderr
 
@@ -113,7 +114,7 @@ def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, docker_engine: 
     finally:
         subprocess.run(["docker", "rm", "-f", "stackpin_site_stable"], capture_output=True)
         if docker_engine.image_info(image["id"]) is None:
-            _stackpin("bundle", "load", str(bundle))
+            _stackpin("bundle", "load", str(bundle), "--pubkey", str(pubkey))
 
 
 def test_one_flipped_byte_is_refused_with_nothing_loaded(signed_bundle, cpu_image,

@@ -21,6 +21,7 @@ from test_bundle_fakes import (
     engine_with_cpu,
     export_cpu,
     project,
+    site_trusting,
 )
 from tests.fake_engine import FakeEngine
 
@@ -69,7 +70,7 @@ def test_export_writes_the_layout_and_a_manifest_covering_every_file(tmp_path, s
     assert (out / "manifest.json").read_bytes() == bundle_format.manifest_bytes(manifest)
     assert os.access(out / "bin" / "load.sh", os.X_OK)
     assert not os.access(out / "README.md", os.X_OK)
-    verified = verifying.verify(out, pubkey=public)
+    verified = verifying.verify(out, site=site_trusting(public))
     assert verified.signature == "verified"
     assert verified.files == len(listed)
 
@@ -184,7 +185,7 @@ def test_an_existing_bundle_is_kept_unless_forced(tmp_path, shipped_cells):
     with pytest.raises(BundleError, match="exists: choose another -o or pass --force"):
         export_cpu(tmp_path, shipped_cells)
     result, public = export_cpu(tmp_path, shipped_cells, force=True)
-    assert verifying.verify(result.out_dir, pubkey=public).signature == "verified"
+    assert verifying.verify(result.out_dir, site=site_trusting(public)).signature == "verified"
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["bundle"]
 
 
@@ -201,7 +202,7 @@ def test_an_interrupted_export_leaves_nothing_and_a_rerun_succeeds(tmp_path, shi
     engine.interrupt_after = None
     result, public = export_cpu(tmp_path, shipped_cells, engine=engine)
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["bundle"]
-    verifying.verify(result.out_dir, pubkey=public)
+    verifying.verify(result.out_dir, site=site_trusting(public))
 
 
 def test_export_refuses_a_missing_image_or_one_built_from_another_lock(tmp_path, shipped_cells):

@@ -14,6 +14,7 @@ from tests.fake_engine import FakeEngine
 from stackpin import signing
 from stackpin.bundle import export as exporting
 from stackpin.bundle import format as bundle_format
+from stackpin.bundle import trust
 from stackpin.lock import read_lock
 from stackpin.matrix import Cell
 from stackpin.render import base_reference, image_tags
@@ -102,3 +103,17 @@ def export_cpu(tmp_path: Path, cells: dict[str, Cell], *, name: str = "bundle",
         sign_key=keys / "stackpin.key" if sign else None, **options,  # type: ignore[arg-type]
     )
     return exporting.export(engine or engine_with_cpu(cells), request), public
+
+
+def site_trusting(public: Path | None) -> trust.Trust:
+    """The site's trust as `--pubkey public` gives it."""
+    assert public is not None
+    return trust.trusted_key(public, "--pubkey")
+
+
+def resign(out: Path, manifest: dict[str, object] | bytes, keys: Path) -> None:
+    """Write ``manifest`` and sign it with the real key: a compromised build host's view."""
+    data = manifest if isinstance(manifest, bytes) else bundle_format.manifest_bytes(manifest)
+    (out / "manifest.json").write_bytes(data)
+    key = signing.load_private(keys / "stackpin.key")
+    (out / "manifest.sig").write_bytes(signing.sign(data, key))

@@ -16,17 +16,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_bundle_fakes import ROOT, export_cpu
+from test_bundle_fakes import ROOT, export_cpu, resign
 from tests.tools import need_tool
 
-from stackpin.bundle import format as bundle_format
+from stackpin import signing
 from stackpin.wheelhouse import sha256_file
 
 
 @pytest.fixture(autouse=True)
 def _site_tools() -> None:
-    """The site scripts need bash, zstd and sha256sum."""
-    for tool in ("bash", "zstd", "sha256sum"):
+    """The site scripts need bash, zstd, sha256sum and (for the signature) openssl."""
+    for tool in ("bash", "zstd", "sha256sum", "openssl"):
         need_tool(tool)
 
 
@@ -58,7 +58,11 @@ def site(tmp_path, shipped_cells):
     (shim_dir / "docker").chmod(0o755)
     log = tmp_path / "docker.log"
     log.touch()
-    env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}", "SHIM_LOG": str(log)}
+    assert not Path("/etc/stackpin/trusted.pub").exists(), "a site trust file on the test host"
+    env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}", "SHIM_LOG": str(log),
+           "STACKPIN_PUBKEY": str(public), "STACKPIN_START_TIMEOUT": "5"}
+    for name in ("STACKPIN_INSECURE_UNSIGNED", "STACKPIN_ALLOW_HOST_ACCESS"):
+        env.pop(name, None)
     return result.out_dir, public, env, log
 
 
@@ -136,14 +140,79 @@ def test_a_model_the_site_adds_under_models_is_not_an_extra_file(site):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_load_without_a_key_warns_and_still_checks_every_file(site):
+@pytest.mark.parametrize("script", ["load.sh", "verify.sh", "start.sh", "preflight.sh"])
+def test_without_a_trusted_key_every_script_refuses_before_docker(site, script):
     out, _public, env, log = site
-    done = _run(out, "load.sh", env=env)
+    args = ["stable"] if script == "start.sh" else []
+    done = _run(out, script, *args, env={k: v for k, v in env.items() if k != "STACKPIN_PUBKEY"})
+    assert done.returncode != 0
+    assert "FAIL  no trusted key: pass --pubkey" in done.stderr
+    assert not [c for c in _calls(log) if c.split()[0] in ("load", "run")]
+
+
+@pytest.mark.parametrize("script", ["load.sh", "verify.sh", "start.sh"])
+def test_a_foreign_or_missing_signature_is_refused_by_every_script(site, script, tmp_path):
+    out, _public, env, log = site
+    other = signing.generate(tmp_path / "other")
+    args = ["stable"] if script == "start.sh" else []
+    done = _run(out, script, "--pubkey", str(other.public_path), *args, env=env)
+    assert done.returncode != 0
+    assert "manifest.sig does not match manifest.json for the key from --pubkey" in done.stderr
+    (out / "manifest.sig").unlink()
+    done = _run(out, script, *args, env=env)
+    assert "manifest.sig is missing: refusing an unsigned bundle" in done.stderr
+    assert not [c for c in _calls(log) if c.split()[0] in ("load", "run")]
+
+
+def test_the_opt_out_loads_an_unsigned_bundle_and_every_line_says_so(site):
+    out, _public, env, log = site
+    (out / "manifest.sig").unlink()
+    done = _run(out, "load.sh", "--insecure-unsigned", env=env)
     assert done.returncode == 0, done.stderr
-    assert "WARN  manifest.sig not checked" in done.stdout
+    lines = done.stdout.splitlines()
+    assert lines
+    assert all(line.endswith("[INSECURE: signature not checked]") for line in lines), lines
+    # The opt-out skips the signature only: every checksum still holds.
     _flip(out / "images.tar.zst")
     log.write_text("")
-    assert _run(out, "load.sh", env=env).returncode != 0
+    assert _run(out, "load.sh", env={**env, "STACKPIN_INSECURE_UNSIGNED": "1"}).returncode != 0
+    assert _calls(log) == []
+
+
+def test_a_host_without_an_ed25519_verifier_refuses(site, tmp_path):
+    out, _public, env, log = site
+    fake = tmp_path / "fake-openssl"
+    fake.mkdir()
+    (fake / "openssl").write_text("#!/bin/bash\necho 'LibreSSL 2.8.3'\n")
+    (fake / "openssl").chmod(0o755)
+    done = _run(out, "load.sh", env={**env, "PATH": f"{fake}:{env['PATH']}"})
+    assert done.returncode != 0
+    assert "openssl >= 1.1.1 is not installed" in done.stderr
+    assert _calls(log) == []
+
+
+@pytest.mark.parametrize("case", ["huge manifest", "device manifest", "long signature",
+                                  "huge sums", "linked signature"])
+def test_oversized_or_odd_top_files_are_refused_before_they_are_read(site, case):
+    out, _public, env, log = site
+    if case == "huge manifest":
+        with (out / "manifest.json").open("r+b") as handle:
+            handle.truncate(1 << 30)  # sparse: costs no disk, would cost 1 GiB to read
+    elif case == "device manifest":
+        (out / "manifest.json").unlink()
+        (out / "manifest.json").symlink_to("/dev/zero")
+    elif case == "long signature":
+        (out / "manifest.sig").write_bytes(bytes(65))
+    elif case == "huge sums":
+        with (out / "SHA256SUMS").open("r+b") as handle:
+            handle.truncate(1 << 30)
+    else:
+        (out / "manifest.sig").rename(out / "real.sig")
+        (out / "manifest.sig").symlink_to(out / "real.sig")
+    done = _run(out, "load.sh", env=env)
+    assert done.returncode != 0
+    assert re.search(r"larger than|not a regular file|missing or not a regular", done.stderr), \
+        done.stderr
     assert _calls(log) == []
 
 
@@ -176,7 +245,7 @@ def test_preflight_fails_on_missing_dtk_devices(site, tmp_path):
 
 
 def _rewrite_with_sums(out: Path, rel: str, text: str) -> None:
-    """Edit a file and re-seal the bundle (SHA256SUMS and the manifest line), unsigned."""
+    """Edit a file and re-seal the bundle with the real key: what the build host could do."""
     (out / rel).write_text(text)
     sums = out / "SHA256SUMS"
     lines = [f"{sha256_file(out / rel)}  {rel}" if line.endswith(f"  {rel}") else line
@@ -184,7 +253,11 @@ def _rewrite_with_sums(out: Path, rel: str, text: str) -> None:
     sums.write_text("\n".join(lines) + "\n")
     manifest = json.loads((out / "manifest.json").read_bytes())
     manifest["sha256sums"] = sha256_file(sums)
-    (out / "manifest.json").write_bytes(bundle_format.manifest_bytes(manifest))
+    for entry in manifest["files"]:
+        if entry["path"] in (rel, "SHA256SUMS"):
+            entry["sha256"] = sha256_file(out / entry["path"])
+            entry["size"] = (out / entry["path"]).stat().st_size
+    resign(out, manifest, out.parent.parent / "keys")
 
 
 def test_start_refuses_a_taken_port_before_running_anything(site):
@@ -214,6 +287,60 @@ def test_start_refuses_an_altered_profile(site):
     assert done.returncode != 0
     assert "checksum" in done.stderr
     assert not any(call.startswith("run ") for call in _calls(log))
+
+
+HOST_ACCESS = ["--privileged", "--network=host", "--ipc=host", "--volume=/:/host",
+               "--volume=/etc:/etc", "--volume=/var/run/docker.sock:/s", "--volume=/opt/../etc:/x",
+               "--cap-add=SYS_ADMIN", "--security-opt=seccomp=unconfined", "--device=/dev/sda",
+               "--pid=host"]
+
+
+@pytest.mark.parametrize("flag", HOST_ACCESS)
+def test_host_access_in_a_signed_profile_needs_the_sites_consent(site, flag):
+    out, _public, env, log = site
+    rel = "bin/profiles/stable.conf"
+    _rewrite_with_sums(out, rel, (out / rel).read_text() + f"PROFILE_RUN_ARGS=({flag})\n")
+    for script, args in (("start.sh", ["stable"]), ("verify.sh", [])):
+        done = _run(out, script, *args, env=env)
+        assert done.returncode != 0
+        assert "asks for host access" in done.stderr, done.stderr
+        assert not any(call.startswith("run ") for call in _calls(log))
+    done = _run(out, "verify.sh", "--allow-host-access", env=env)
+    assert f"host access allowed by the site: {flag.partition('=')[2] or flag}" in done.stdout \
+        or "host access allowed by the site" in done.stdout, done.stdout + done.stderr
+    assert any(call.startswith("run ") and flag in call for call in _calls(log))
+
+
+@pytest.mark.parametrize("flag", ["--entrypoint=/bin/sh", "-v", "/:/host", "--env=LD_PRELOAD=x"])
+def test_an_option_stackpin_never_writes_is_refused_even_with_consent(site, flag):
+    out, _public, env, log = site
+    rel = "bin/profiles/stable.conf"
+    _rewrite_with_sums(out, rel, (out / rel).read_text() + f"PROFILE_RUN_ARGS=({flag})\n")
+    done = _run(out, "start.sh", "--allow-host-access", "stable", env=env)
+    assert done.returncode != 0
+    assert "is not a run option stackpin writes" in done.stderr
+    assert not any(call.startswith("run ") for call in _calls(log))
+
+
+def test_the_shipped_profiles_run_without_consent(site):
+    out, _public, env, log = site
+    rel = "bin/profiles/stable.conf"
+    flags = "--device=/dev/kfd --device=/dev/dri --group-add=video --shm-size=32g " \
+            "--volume=/opt/hyhal:/opt/hyhal:ro --gpus=all"
+    _rewrite_with_sums(out, rel, (out / rel).read_text() + f"PROFILE_RUN_ARGS=({flags})\n")
+    done = _run(out, "verify.sh", env=env)
+    assert "host access" not in done.stdout + done.stderr
+    assert any(call.startswith("run ") and "--volume=/opt/hyhal" in call
+               for call in _calls(log))
+
+
+def test_a_file_name_with_control_characters_cannot_forge_a_line(site):
+    out, _public, env, _log = site
+    (out / "sbom" / "x\nPASS  load: fine").write_text("{}")
+    done = _run(out, "load.sh", env=env)
+    assert done.returncode != 0
+    assert "\nPASS  load: fine" not in done.stdout + done.stderr
+    assert "is not in the manifest" in done.stderr
 
 
 def test_stop_of_a_profile_that_is_not_running_succeeds(site):

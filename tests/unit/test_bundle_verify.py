@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from test_bundle_fakes import engine_with_cpu, export_cpu
+from test_bundle_fakes import engine_with_cpu, export_cpu, resign, site_trusting
 
 from stackpin import signing
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import load as loading
+from stackpin.bundle import trust
 from stackpin.bundle import verify as verifying
 from stackpin.errors import BundleError
 from stackpin.wheelhouse import sha256_file
@@ -32,9 +33,12 @@ def _flip(path: Path, offset: int) -> None:
     path.write_bytes(bytes(data))
 
 
-def _refused(source: Path, pattern: str, pubkey: Path | None = None, *, shipped_cells=None):
+def _refused(source: Path, pattern: str, pubkey: Path | None = None, *,
+             site: trust.Trust | None = None):
+    """Refused with one line; the site trusts the exporter's key unless told otherwise."""
+    public = pubkey or source.parent.parent / "keys" / "stackpin.pub"
     with pytest.raises(BundleError, match=pattern) as caught:
-        verifying.verify(source, pubkey=pubkey)
+        verifying.verify(source, site=site or site_trusting(public))
     assert "\n" not in caught.value.message
     return caught.value.message
 
@@ -74,12 +78,13 @@ def test_a_manifest_edited_after_signing_is_refused(exported):
     _refused(result.out_dir, r"does not match manifest.json for key ed25519:", public)
 
 
-def test_a_missing_signature_is_refused_when_a_key_is_given(exported):
+def test_a_missing_signature_is_refused(exported):
     result, public = exported
     (result.out_dir / "manifest.sig").unlink()
-    _refused(result.out_dir, r"manifest.sig is missing but a public key was given", public)
-    # Without a key, the checksums still hold and the state says so.
-    assert verifying.verify(result.out_dir).signature == "absent"
+    _refused(result.out_dir, r"manifest.sig is missing: refusing an unsigned bundle", public)
+    # Only the explicit opt-out passes it, and the state says the signature was not checked.
+    insecure = verifying.verify(result.out_dir, site=trust.insecure())
+    assert insecure.signature == "not checked (insecure)"
 
 
 def test_another_key_is_refused(exported, tmp_path):
@@ -113,8 +118,11 @@ def test_links_and_special_files_are_refused(exported, kind):
 def test_a_manifest_listing_an_unsafe_path_is_refused(exported):
     result, _ = exported
     path = result.out_dir / "manifest.json"
-    path.write_bytes(path.read_bytes().replace(b'"path": "README.md"', b'"path": "../README.md"'))
-    _refused(result.out_dir, r"lists an unsafe path")
+    data = path.read_bytes().replace(b'"path": "README.md"', b'"path": "../README.md"')
+    path.write_bytes(data)
+    _refused(result.out_dir, r"does not match manifest.json")  # the signature catches it
+    resign(result.out_dir, data, result.out_dir.parent.parent / "keys")
+    _refused(result.out_dir, r"lists an unsafe path")  # and so does the schema
 
 
 # --- archives -----------------------------------------------------------------------------
@@ -122,7 +130,7 @@ def test_a_manifest_listing_an_unsafe_path_is_refused(exported):
 
 def test_the_archive_verifies_by_streaming(exported):
     result, public = exported
-    verified = verifying.verify(result.archive, pubkey=public)
+    verified = verifying.verify(result.archive, site=site_trusting(public))
     assert (verified.kind, verified.signature) == ("archive", "verified")
     with tarfile.open(result.archive) as tar:
         names = tar.getnames()
@@ -192,7 +200,7 @@ def test_load_streams_the_verified_images_into_the_engine(exported, shipped_cell
     result, public = exported
     path = result.out_dir if source == "dir" else result.archive
     engine = engine_with_cpu(shipped_cells)
-    report = loading.load(engine, path, pubkey=public)
+    report = loading.load(engine, path, site=site_trusting(public))
     (loaded,) = engine.loaded
     compressed = (result.out_dir / "images.tar.zst").read_bytes()
     assert loaded == zstandard.ZstdDecompressor().decompressobj().decompress(compressed)
@@ -211,10 +219,12 @@ def test_load_of_a_tampered_bundle_never_reaches_the_engine(exported, shipped_ce
         path.write_bytes(bundle_format.manifest_bytes(data))
     engine = engine_with_cpu(shipped_cells)
     with pytest.raises(BundleError, match=r"nothing was loaded|does not match manifest\.json"):
-        loading.load(engine, result.out_dir, pubkey=public)
+        loading.load(engine, result.out_dir, site=site_trusting(public))
     assert engine.loaded == []
 
 
 def test_inspect_reads_the_manifest_of_a_folder_and_an_archive(exported):
-    result, _ = exported
-    assert verifying.read_manifest(result.out_dir) == verifying.read_manifest(result.archive)
+    result, public = exported
+    site = site_trusting(public)
+    assert (verifying.read_manifest(result.out_dir, site=site)
+            == verifying.read_manifest(result.archive, site=site))

@@ -38,7 +38,7 @@ SITE_MODELS = "models/"
 EXECUTABLE = re.compile(r"^bin/[^/]+\.sh$")
 
 LineSink = Callable[[str], None]
-SignatureState = Literal["verified", "absent", "not checked"]
+SignatureState = Literal["verified", "not checked (insecure)"]
 
 
 def ignore_line(_line: str) -> None:
@@ -205,9 +205,13 @@ def manifest_bytes(manifest: Mapping[str, Any]) -> bytes:
 
 
 
+# The characters a bundle path may use (the site scripts apply the same pattern to
+# SHA256SUMS): no spaces, quotes, controls or shell metacharacters, nothing hidden.
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]*(/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)*$")
+
+
 def safe_relative(path: str) -> bool:
+    """A plain relative path inside the bundle: no '..', no absolute path, plain characters."""
     parts = PurePosixPath(path).parts
-    return (bool(parts) and not path.startswith("/") and ".." not in parts and "." not in parts
-            and "\\" not in path and str(PurePosixPath(*parts)) == path)
-
-
+    return (len(path) <= 1024 and bool(_SAFE_PATH.match(path)) and ".." not in parts
+            and str(PurePosixPath(*parts)) == path)

@@ -1,10 +1,19 @@
-"""Loading a verified bundle: the images stream into the daemon, then their IDs are checked."""
+"""Loading a verified bundle: the images stream into the daemon, then their IDs are checked.
+
+Memory stays bounded whatever the file holds: zstd output is pulled at most ``CHUNK``
+bytes per call from a decompressor whose window is capped at ``MAX_WINDOW``, and the
+total is capped by the uncompressed size the signed manifest declares, so a zstd bomb
+stops after ``tar_bytes`` instead of asking for gigabytes. The last chunk is held back
+until the compressed bytes have hashed to the verified sha256 and the size matched: a
+file swapped between the check and the load breaks the stream before ``docker load``
+has a complete archive, so nothing of it is loaded.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import tarfile
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -12,19 +21,22 @@ from typing import IO
 
 import zstandard
 
+from stackpin.bundle import trust
 from stackpin.bundle.format import CHUNK, IMAGES, LineSink, ignore_line
-from stackpin.bundle.verify import VerifyResult, refuse, verify
+from stackpin.bundle.verify import VerifyResult, open_stream, refuse, verify
 from stackpin.engine import Engine
 from stackpin.errors import BundleError
+
+MAX_WINDOW = 1 << 27  # zstd's own default limit (128 MiB); stackpin writes 2 MiB windows
 
 
 @contextlib.contextmanager
 def _images_stream(source: Path) -> Iterator[IO[bytes]]:
-    if source.is_dir():
+    if stat.S_ISDIR(source.lstat().st_mode):
         with (source / IMAGES).open("rb") as handle:
             yield handle
         return
-    with source.open("rb") as handle, tarfile.open(fileobj=handle, mode="r|") as tar:
+    with source.open("rb") as handle, open_stream(handle) as tar:
         for info in tar:
             if info.isreg() and PurePosixPath(info.name).parts[1:] == (IMAGES,):
                 extracted = tar.extractfile(info)
@@ -34,23 +46,67 @@ def _images_stream(source: Path) -> Iterator[IO[bytes]]:
     raise refuse(source, f"{IMAGES} is missing")
 
 
-class _HashingChunks:
-    """The decompressed chunks of a file, hashing the compressed bytes as they pass."""
+class _HashingReader:
+    """A file object over ``handle`` that hashes and counts the compressed bytes read."""
 
     def __init__(self, handle: IO[bytes]) -> None:
         self._handle = handle
         self.sha = hashlib.sha256()
+        self.bytes = 0
 
-    def _compressed(self) -> Iterator[bytes]:
-        while chunk := self._handle.read(CHUNK):
-            self.sha.update(chunk)
-            yield chunk
+    def read(self, size: int = -1) -> bytes:
+        data = self._handle.read(CHUNK if size < 0 else min(size, CHUNK))
+        self.sha.update(data)
+        self.bytes += len(data)
+        return data
+
+
+class CheckedChunks:
+    """Decompressed chunks of a verified file, capped and checked before the last one.
+
+    ``expected_sha256`` and ``compressed_bytes`` are the verified file's; ``tar_bytes``
+    is the uncompressed size the signed manifest declares.
+    """
+
+    def __init__(self, source: Path, handle: IO[bytes], *, expected_sha256: str,
+                 compressed_bytes: int, tar_bytes: int) -> None:
+        self._source = source
+        self._reader = _HashingReader(handle)
+        self._expected = expected_sha256
+        self._compressed = compressed_bytes
+        self._limit = tar_bytes
+        self.out_bytes = 0
 
     def __iter__(self) -> Iterator[bytes]:
-        decompressor = zstandard.ZstdDecompressor().decompressobj()
-        for chunk in self._compressed():
-            if out := decompressor.decompress(chunk):
-                yield out
+        decompressor = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
+        held = b""
+        try:
+            reader: IO[bytes] = self._reader  # type: ignore[assignment]  # duck-typed read()
+            with decompressor.stream_reader(reader, read_size=CHUNK,
+                                            read_across_frames=True) as stream:
+                while chunk := stream.read(CHUNK):
+                    self.out_bytes += len(chunk)
+                    if self.out_bytes > self._limit:
+                        raise refuse(self._source, f"{IMAGES} decompresses to more than the "
+                                     f"{self._limit} bytes the manifest declares")
+                    if held:
+                        yield held
+                    held = chunk
+        except zstandard.ZstdError as exc:
+            raise refuse(self._source, f"{IMAGES} is not a valid zstd stream ({exc})") from None
+        while self._reader.read(CHUNK):  # trailing bytes still count towards the hash
+            pass
+        self.confirm()
+        yield held
+
+    def confirm(self) -> None:
+        """Raise unless every byte matched what was verified."""
+        if (self._reader.sha.hexdigest() != self._expected
+                or self._reader.bytes != self._compressed):
+            raise refuse(self._source, f"{IMAGES} changed while it was being loaded")
+        if self.out_bytes != self._limit:
+            raise refuse(self._source, f"{IMAGES} decompresses to {self.out_bytes} bytes, not "
+                         f"the {self._limit} the manifest declares")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,23 +115,39 @@ class LoadReport:
     image_ids: tuple[str, ...] = field(default_factory=tuple)
 
 
-def load(engine: Engine, source: Path, *, pubkey: Path | None = None,
+def load(engine: Engine, source: Path, *, site: trust.Trust,
          on_line: LineSink = ignore_line) -> LoadReport:
     """Verify everything, then stream the images into the daemon and check their IDs."""
-    verified = verify(source, pubkey=pubkey)
-    expected = str(next(e["sha256"] for e in verified.manifest["files"] if e["path"] == IMAGES))
-    on_line(f"bundle: verified {verified.files} files ({verified.signature} signature); loading")
+    verified = verify(source, site=site)
+    manifest = verified.manifest
+    entry = next(e for e in manifest["files"] if e["path"] == IMAGES)
+    on_line(f"bundle: verified {verified.files} files (signature {verified.signature}); "
+            "loading")
+    wanted = tuple(str(i["id"]) for i in manifest["images"])
+    # Only images this load brought in are taken back on failure, never older ones.
+    new = tuple(i for i in wanted if engine.image_info(i) is None)
     with _images_stream(source) as handle:
-        chunks = _HashingChunks(handle)
-        engine.load(iter(chunks))
-    wanted = tuple(str(i["id"]) for i in verified.manifest["images"])
-    if chunks.sha.hexdigest() != expected:
-        # Changed between the check and the load: take back what went in.
-        for image_id in wanted:
-            engine.remove_image(image_id, force=True)
-        raise refuse(source, f"{IMAGES} changed while it was being loaded")
+        chunks = CheckedChunks(source, handle, expected_sha256=str(entry["sha256"]),
+                               compressed_bytes=int(entry["size"]),
+                               tar_bytes=int(manifest["images_archive"]["tar_bytes"]))
+        try:
+            engine.load(iter(chunks))
+        except BundleError:
+            _take_back(engine, new)
+            raise
+    try:
+        chunks.confirm()
+    except BundleError:
+        _take_back(engine, new)  # belt and braces: the stream above already broke
+        raise
     missing = [i for i in wanted if engine.image_info(i) is None]
     if missing:
         msg = f"{source}: after the load the daemon lacks {missing[0]}: check `docker images`"
         raise BundleError(msg)
     return LoadReport(verified=verified, image_ids=wanted)
+
+
+def _take_back(engine: Engine, image_ids: tuple[str, ...]) -> None:
+    for image_id in image_ids:
+        if engine.image_info(image_id) is not None:
+            engine.remove_image(image_id, force=True)

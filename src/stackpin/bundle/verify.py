@@ -1,23 +1,33 @@
-"""Verifying a bundle folder or archive completely, streaming, never extracting."""
+"""Verifying a bundle folder or archive completely, streaming, never extracting.
+
+Order matters, and is the same for a folder and an archive:
+
+1. ``manifest.json`` and ``manifest.sig`` are read with size caps (nothing else is read
+   whole, ever);
+2. the signature is checked over the exact manifest bytes against the site's key
+   (``trust``), before one field is interpreted;
+3. the manifest is parsed under strict JSON rules and validated against its schema;
+4. sizes are compared before any hashing, then every file is hashed in 1 MiB chunks.
+
+An archive is read once, in stream mode, through a tar reader whose extended headers
+are capped, with an allow-list of members (regular files and folders under one top
+folder). Memory stays bounded by the caps whatever the input.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import re
 import stat
 import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
-from stackpin import signing
+from stackpin.bundle import schema, trust
 from stackpin.bundle.format import (
     CHUNK,
-    FORMAT,
-    FORMAT_VERSION,
     MANIFEST,
     MAX_MANIFEST_BYTES,
     SIGNATURE,
@@ -30,7 +40,12 @@ from stackpin.bundle.format import (
     sha256sums_text,
 )
 from stackpin.errors import BundleError
+from stackpin.signing import SIGNATURE_BYTES
+from stackpin.untrusted import parse_json, read_bounded, shown
 from stackpin.wheelhouse import sha256_file
+
+MAX_MEMBERS = schema.MAX_FILES + 10_000  # files plus their folders
+MAX_TAR_HEADER = 64 << 10  # one pax or GNU long-name header
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,124 +72,113 @@ class VerifyResult:
         }
 
 
-# --- verification -----------------------------------------------------------------------
-
-
 def refuse(source: Path, reason: str) -> BundleError:
     return BundleError(
-        f"{source}: {reason}; nothing was loaded: get a fresh copy of the bundle from the "
-        "build host"
+        f"{shown(source)}: {reason}; nothing was loaded: get a fresh copy of the bundle from "
+        "the build host"
     )
+
+
+def accept_manifest(source: Path, data: bytes, signature: bytes | None,
+                    site: trust.Trust) -> tuple[dict[str, Any], SignatureState]:
+    """The manifest, once its signature verified, parsed strictly and schema-checked."""
+    state = trust.check(source, data, signature, site)
+    try:
+        document = parse_json(data, what=MANIFEST, error=BundleError)
+        return schema.validate(document), state
+    except BundleError as exc:
+        msg = f"{shown(source)}: {exc.message}"
+        raise BundleError(msg) from None
 
 
 def member_problem(info: tarfile.TarInfo, top: str) -> str | None:
     """Why an archive member is not allowed, or None (regular files and folders only)."""
     name = info.name.rstrip("/") if info.isdir() else info.name
-    if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
-        return f"member {info.name!r} has an absolute path"
+    label = shown(info.name)
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        return f"member {label!r} has an absolute path"
     if ".." in PurePosixPath(name).parts:
-        return f"member {info.name!r} climbs out with '..'"
+        return f"member {label!r} climbs out with '..'"
     if info.issym() or info.islnk():
-        return f"member {info.name!r} is a link"
+        return f"member {label!r} is a link"
     if info.ischr() or info.isblk() or info.isfifo():
-        return f"member {info.name!r} is a device or fifo"
-    if not (info.isreg() or info.isdir()):
-        return f"member {info.name!r} is not a regular file or folder"
+        return f"member {label!r} is a device or fifo"
+    if info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE, tarfile.DIRTYPE):
+        return f"member {label!r} is not a regular file or folder"
     if name != top and not (name.startswith(top + "/") and safe_relative(name[len(top) + 1:])):
-        return f"member {info.name!r} is outside the bundle folder {top}/"
+        return f"member {label!r} is outside the bundle folder {shown(top)}/ or oddly named"
     return None
 
 
-def parse_manifest(source: Path, data: bytes) -> dict[str, Any]:
-    try:
-        manifest: dict[str, Any] = json.loads(data)
-        ok = (manifest.get("format") == FORMAT and isinstance(manifest.get("files"), list)
-              and isinstance(manifest.get("images"), list))
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        ok = False
-    if not ok:
-        raise refuse(source, f"{MANIFEST} is not a stackpin bundle manifest")
-    if manifest["format_version"] != FORMAT_VERSION:
-        msg = (
-            f"{source}: bundle format {manifest['format_version']} is not {FORMAT_VERSION}; "
-            "use the stackpin version that wrote it"
-        )
-        raise BundleError(msg)
-    for entry in manifest["files"]:
-        if not safe_relative(str(entry.get("path", ""))) or entry["path"] in UNSIGNED:
-            raise refuse(source, f"{MANIFEST} lists an unsafe path {entry.get('path')!r}")
-    return manifest
-
-
-def check_signature(source: Path, data: bytes, signature: bytes | None,
-                    pubkey: Path | None) -> SignatureState:
-    if pubkey is None:
-        return "not checked" if signature is not None else "absent"
-    if signature is None:
-        raise refuse(source, f"{SIGNATURE} is missing but a public key was given")
-    signing.verify(data, signature, signing.load_public(pubkey), what=str(source))
-    return "verified"
-
-
 def compare_files(source: Path, manifest: Mapping[str, Any],
-                  found: Mapping[str, tuple[int, str]], sums: bytes | None) -> None:
+                  found: Mapping[str, tuple[int, str]]) -> None:
     """Every listed file present with its size and hash; nothing else; SHA256SUMS agrees."""
     listed = {str(e["path"]): e for e in manifest["files"]}
+    _precheck(source, {p: int(e["size"]) for p, e in listed.items()},
+              {p: size for p, (size, _) in found.items()})
     for path in sorted(listed):
-        if path not in found:
-            raise refuse(source, f"{path} is missing")
-    for path in sorted(found):
-        if path not in listed:
-            raise refuse(source, f"{path} is not in the manifest (an extra file)")
-    for path in sorted(listed):
-        size, digest = found[path]
-        if size != listed[path]["size"]:
-            raise refuse(source, f"{path} is {size} bytes, not {listed[path]['size']} "
-                          "(truncated or altered)")
-        if digest != listed[path]["sha256"]:
+        if found[path][1] != listed[path]["sha256"]:
             raise refuse(source, f"{path} does not match its sha256 (altered or damaged)")
     entries = [FileEntry(path=str(e["path"]), size=int(e["size"]), sha256=str(e["sha256"]))
                for e in manifest["files"]]
-    if sums is None or sums.decode(errors="replace") != sha256sums_text(entries) \
-            or manifest.get("sha256sums") != listed.get(SUMS, {}).get("sha256"):
+    # SHA256SUMS itself was hashed above; its expected text follows from the manifest, so
+    # comparing hashes checks its content without holding the file.
+    expected = hashlib.sha256(sha256sums_text(entries).encode()).hexdigest()
+    if expected != listed[SUMS]["sha256"] or manifest["sha256sums"] != expected:
         raise refuse(source, f"{SUMS} disagrees with {MANIFEST}")
 
 
-def verify(source: Path, *, pubkey: Path | None = None) -> VerifyResult:
+def verify(source: Path, *, site: trust.Trust) -> VerifyResult:
     """Check a bundle folder or archive completely, without extracting anything."""
-    if source.is_dir():
-        return _verify_dir(source, pubkey)
-    if source.is_file():
-        return _verify_archive(source, pubkey)
-    msg = f"{source} does not exist: pass a bundle folder or its .tar"
-    raise BundleError(msg)
+    try:
+        mode = source.lstat().st_mode
+    except OSError:
+        msg = f"{shown(source)} does not exist: pass a bundle folder or its .tar"
+        raise BundleError(msg) from None
+    if stat.S_ISDIR(mode):
+        return _verify_dir(source, site)
+    if stat.S_ISREG(mode):
+        return _verify_archive(source, site)
+    raise refuse(source, "is not a bundle folder or a regular .tar file (a link or device)")
 
 
 def _walk(folder: Path) -> list[str]:
     """Every regular file under ``folder``; any link, device or other node is refused."""
-    found = []
+    found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         for name in [*dirnames, *filenames]:
             path = Path(dirpath) / name
             mode = path.lstat().st_mode
             rel = path.relative_to(folder).as_posix()
             if stat.S_ISLNK(mode):
-                raise refuse(folder, f"{rel} is a link")
+                raise refuse(folder, f"{shown(rel)} is a link")
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                raise refuse(folder, f"{rel} is a device, fifo or socket")
+                raise refuse(folder, f"{shown(rel)} is a device, fifo or socket")
             if stat.S_ISREG(mode):
+                if not safe_relative(rel):
+                    raise refuse(folder, f"{shown(rel)!r} is not a bundle file name")
                 found.append(rel)
+            if len(found) > schema.MAX_FILES:
+                raise refuse(folder, f"holds more than {schema.MAX_FILES} files")
     return sorted(found)
 
 
-def _verify_dir(folder: Path, pubkey: Path | None) -> VerifyResult:
+def _read_top(folder: Path, rel: str, limit: int) -> bytes:
+    return read_bounded(folder / rel, limit=limit, what=rel, error=BundleError,
+                        follow_links=False)
+
+
+def _verify_dir(folder: Path, site: trust.Trust) -> VerifyResult:
     paths = _walk(folder)
     if MANIFEST not in paths:
         raise refuse(folder, f"{MANIFEST} is missing")
-    data = (folder / MANIFEST).read_bytes()
-    manifest = parse_manifest(folder, data)
-    signature = (folder / SIGNATURE).read_bytes() if SIGNATURE in paths else None
-    state = check_signature(folder, data, signature, pubkey)
+    try:
+        data = _read_top(folder, MANIFEST, MAX_MANIFEST_BYTES)
+        signature = (_read_top(folder, SIGNATURE, SIGNATURE_BYTES) if SIGNATURE in paths
+                     else None)
+    except BundleError as exc:
+        raise refuse(folder, exc.message) from None
+    manifest, state = accept_manifest(folder, data, signature, site)
     listed = {str(e["path"]): int(e["size"]) for e in manifest["files"]}
     present = [p for p in paths if p not in UNSIGNED
                and (p in listed or not p.startswith(SITE_MODELS))]
@@ -182,8 +186,7 @@ def _verify_dir(folder: Path, pubkey: Path | None) -> VerifyResult:
     sizes = {p: (folder / p).stat().st_size for p in present}
     _precheck(folder, listed, sizes)
     found = {p: (sizes[p], sha256_file(folder / p)) for p in present}
-    sums = (folder / SUMS).read_bytes() if SUMS in paths else None
-    compare_files(folder, manifest, found, sums)
+    compare_files(folder, manifest, found)
     return VerifyResult(source=folder, kind="directory", manifest=manifest, signature=state,
                         files=len(found), bytes=sum(s for s, _ in found.values()))
 
@@ -194,31 +197,73 @@ def _precheck(source: Path, listed: Mapping[str, int], sizes: Mapping[str, int])
             raise refuse(source, f"{path} is missing")
     for path in sorted(sizes):
         if path not in listed:
-            raise refuse(source, f"{path} is not in the manifest (an extra file)")
+            raise refuse(source, f"{shown(path)} is not in the manifest (an extra file)")
         if sizes[path] != listed[path]:
             raise refuse(source, f"{path} is {sizes[path]} bytes, not {listed[path]} "
                           "(truncated or altered)")
 
 
-class _ArchiveScan:
-    """One streaming pass over a bundle archive: every member checked, hashed, never written."""
+class BoundedTarInfo(tarfile.TarInfo):
+    """tarfile reads pax and GNU long-name headers whole and expands sparse maps: capped."""
 
-    def __init__(self, source: Path, pubkey: Path | None) -> None:
+    def _proc_pax(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
+        self._cap()
+        info: tarfile.TarInfo = super()._proc_pax(archive)  # type: ignore[misc]
+        return info
+
+    def _proc_gnulong(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
+        self._cap()
+        info: tarfile.TarInfo = super()._proc_gnulong(archive)  # type: ignore[misc]
+        return info
+
+    def _proc_sparse(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
+        msg = "a sparse member"
+        raise tarfile_error(msg)
+
+    def _cap(self) -> None:
+        if self.size > MAX_TAR_HEADER:
+            msg = f"an extended header of {self.size} bytes"
+            raise tarfile_error(msg)
+
+
+def tarfile_error(message: str) -> tarfile.HeaderError:
+    return tarfile.HeaderError(message)
+
+
+def open_stream(handle: IO[bytes]) -> tarfile.TarFile:
+    """A stream-mode tar reader with capped headers."""
+    return tarfile.open(fileobj=handle, mode="r|", tarinfo=BoundedTarInfo)
+
+
+class _ArchiveScan:
+    """One streaming pass over a bundle archive: every member checked, hashed, never written.
+
+    The manifest is accepted (signature, then schema) as soon as it and its signature have
+    been read, which in a stackpin archive is before any other member; from then on each
+    member is checked against it by its header, before its data is read.
+    """
+
+    def __init__(self, source: Path, site: trust.Trust) -> None:
         self.source = source
-        self.pubkey = pubkey
+        self.site = site
         self.top = ""
+        self.members = 0
         self.seen: set[str] = set()
         self.manifest_data: bytes | None = None
-        self.manifest: dict[str, Any] | None = None
         self.signature: bytes | None = None
-        self.sums: bytes | None = None
+        self.manifest: dict[str, Any] | None = None
+        self.state: SignatureState | None = None
         self.found: dict[str, tuple[int, str]] = {}
 
     def member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
+        self.members += 1
+        if self.members > MAX_MEMBERS:
+            raise refuse(self.source, f"the archive has more than {MAX_MEMBERS} members")
         if not self.top:
             self.top = PurePosixPath(info.name).parts[0] if info.name else ""
             if not self.top or self.top in (".", "..") or info.name.startswith("/"):
-                raise refuse(self.source, f"member {info.name!r} is not under one bundle folder")
+                raise refuse(self.source,
+                             f"member {shown(info.name)!r} is not under one bundle folder")
         problem = member_problem(info, self.top)
         if problem:
             raise refuse(self.source, problem)
@@ -228,75 +273,109 @@ class _ArchiveScan:
         if rel in self.seen:
             raise refuse(self.source, f"{rel} appears twice in the archive")
         self.seen.add(rel)
-        if self.manifest is not None and rel not in self.listed and rel not in UNSIGNED:
-            raise refuse(self.source, f"{rel} is not in the manifest (an extra file)")
         handle = tar.extractfile(info)
         assert handle is not None
         if rel in UNSIGNED:
-            self._small(rel, handle.read(MAX_MANIFEST_BYTES + 1))
+            self._small(rel, info.size, handle)
             return
-        digest, size = hashlib.sha256(), 0
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-            if rel == SUMS:
-                self.sums = (self.sums or b"") + chunk
-        self.found[rel] = (size, digest.hexdigest())
+        if self.manifest_data is None:
+            raise refuse(self.source, f"{shown(rel)} comes before {MANIFEST}: a stackpin "
+                         "archive starts with the manifest and its signature")
+        self.accept()
+        self._check_header(rel, info.size)
+        self.found[rel] = _hash_stream(handle)
 
-    @property
-    def listed(self) -> set[str]:
-        assert self.manifest is not None
-        return {str(e["path"]) for e in self.manifest["files"]}
-
-    def _small(self, rel: str, data: bytes) -> None:
-        if len(data) > MAX_MANIFEST_BYTES:
-            raise refuse(self.source, f"{rel} is larger than {MAX_MANIFEST_BYTES} bytes")
+    def _small(self, rel: str, size: int, handle: IO[bytes]) -> None:
+        if self.manifest is not None:
+            raise refuse(self.source, f"{rel} comes after other members")
+        limit = MAX_MANIFEST_BYTES if rel == MANIFEST else SIGNATURE_BYTES
+        if size > limit:
+            raise refuse(self.source, f"{rel} is larger than {limit} bytes")
+        data = handle.read(limit)
         if rel == SIGNATURE:
             self.signature = data
-            return
-        self.manifest_data = data
-        self.manifest = parse_manifest(self.source, data)
+        else:
+            self.manifest_data = data
+
+    def accept(self) -> None:
+        """Check the signature, then the schema, once: at the first other member or the end."""
+        if self.manifest is None and self.manifest_data is not None:
+            self.manifest, self.state = accept_manifest(
+                self.source, self.manifest_data, self.signature, self.site)
+
+    def _check_header(self, rel: str, size: int) -> None:
+        assert self.manifest is not None
+        listed = {str(e["path"]): int(e["size"]) for e in self.manifest["files"]}
+        if rel not in listed:
+            raise refuse(self.source, f"{shown(rel)} is not in the manifest (an extra file)")
+        if size != listed[rel]:
+            raise refuse(self.source, f"{rel} is {size} bytes, not {listed[rel]} "
+                         "(truncated or altered)")
 
     def finish(self) -> VerifyResult:
-        if self.manifest is None or self.manifest_data is None:
+        if self.manifest_data is None:
             raise refuse(self.source, f"{MANIFEST} is missing")
-        state = check_signature(self.source, self.manifest_data, self.signature, self.pubkey)
-        compare_files(self.source, self.manifest, self.found, self.sums)
+        self.accept()
+        assert self.manifest is not None
+        assert self.state is not None
+        compare_files(self.source, self.manifest, self.found)
         return VerifyResult(source=self.source, kind="archive", manifest=self.manifest,
-                            signature=state, files=len(self.found),
+                            signature=self.state, files=len(self.found),
                             bytes=sum(s for s, _ in self.found.values()))
 
 
-def _verify_archive(source: Path, pubkey: Path | None) -> VerifyResult:
-    scan = _ArchiveScan(source, pubkey)
+def _hash_stream(handle: IO[bytes]) -> tuple[int, str]:
+    digest, size = hashlib.sha256(), 0
+    while chunk := handle.read(CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _verify_archive(source: Path, site: trust.Trust) -> VerifyResult:
+    scan = _ArchiveScan(source, site)
     try:
-        with source.open("rb") as handle, tarfile.open(fileobj=handle, mode="r|") as tar:
+        with source.open("rb") as handle, open_stream(handle) as tar:
             for info in tar:
                 scan.member(tar, info)
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise refuse(source, f"the archive is unreadable or truncated ({exc})") from None
+        raise refuse(source, f"the archive is unreadable or truncated ({shown(exc)})") from None
     return scan.finish()
 
 
-# --- inspect and load -------------------------------------------------------------------
+# --- inspect ------------------------------------------------------------------------------
 
 
-def read_manifest(source: Path) -> dict[str, Any]:
-    """The manifest of a folder or archive (for inspect; no file is checked)."""
-    if source.is_dir():
-        path = source / MANIFEST
-        if not path.is_file() or path.is_symlink():
-            raise refuse(source, f"{MANIFEST} is missing")
-        return parse_manifest(source, path.read_bytes())
+def read_manifest(source: Path, *, site: trust.Trust) -> dict[str, Any]:
+    """The manifest of a folder or archive, signature-checked (for inspect; files unchecked)."""
     try:
-        with source.open("rb") as handle, tarfile.open(fileobj=handle, mode="r|") as tar:
+        is_dir = stat.S_ISDIR(source.lstat().st_mode)
+    except OSError:
+        msg = f"{shown(source)} does not exist: pass a bundle folder or its .tar"
+        raise BundleError(msg) from None
+    if is_dir:
+        try:
+            data = _read_top(source, MANIFEST, MAX_MANIFEST_BYTES)
+            signature = (_read_top(source, SIGNATURE, SIGNATURE_BYTES)
+                         if (source / SIGNATURE).exists() else None)
+        except BundleError as exc:
+            raise refuse(source, exc.message) from None
+        return accept_manifest(source, data, signature, site)[0]
+    scan = _ArchiveScan(source, site)
+    try:
+        with source.open("rb") as handle, open_stream(handle) as tar:
             for info in tar:
-                if info.isreg() and PurePosixPath(info.name).parts[1:] == (MANIFEST,):
-                    extracted = tar.extractfile(info)
-                    assert extracted is not None
-                    return parse_manifest(source, extracted.read(MAX_MANIFEST_BYTES))
+                if info.isdir():
+                    scan.member(tar, info)
+                    continue
+                rel = info.name.partition("/")[2]
+                if rel not in UNSIGNED:
+                    break
+                scan.member(tar, info)
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise refuse(source, f"the archive is unreadable ({exc})") from None
-    raise refuse(source, f"{MANIFEST} is missing")
-
-
+        raise refuse(source, f"the archive is unreadable ({shown(exc)})") from None
+    if scan.manifest_data is None:
+        raise refuse(source, f"{MANIFEST} is missing")
+    scan.accept()
+    assert scan.manifest is not None
+    return scan.manifest

@@ -12,9 +12,11 @@ import click
 from stackpin.bundle import export as exporting
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import load as loading
+from stackpin.bundle import trust
 from stackpin.bundle import verify as verifying
 from stackpin.cli.common import (
     DEFAULT_CELL,
+    F,
     cells_argument,
     echo_json,
     json_option,
@@ -23,10 +25,31 @@ from stackpin.cli.common import (
 )
 from stackpin.engine.docker_api import DockerEngine
 from stackpin.target import Layout, resolve_many
+from stackpin.untrusted import shown
 
-_SOURCE = click.Path(exists=True, path_type=Path)
-_PUBKEY = click.option("--pubkey", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                       help="stackpin.pub of the signer: the signature must then verify.")
+_SOURCE = click.Path(path_type=Path)
+
+
+def _trust_options(func: F) -> F:
+    """--pubkey and --insecure-unsigned, declared once for inspect, verify and load."""
+    func = click.option(
+        "--insecure-unsigned", is_flag=True,
+        help=f"Skip the signature check (also {trust.INSECURE_ENV}=1); every line then says "
+             "so. Only for bundles from a source you trust by other means.")(func)
+    return click.option(
+        "--pubkey", type=click.Path(dir_okay=False, path_type=Path),
+        help=f"The signer's stackpin.pub. Default: ${trust.PUBKEY_ENV}, else "
+             f"{trust.SITE_TRUST_FILE}. Without a trusted key the bundle is refused.")(func)
+
+
+def _site(pubkey: Path | None, insecure_unsigned: bool) -> trust.Trust:
+    return trust.resolve(pubkey, insecure_unsigned=insecure_unsigned)
+
+
+def _say(site: trust.Trust, line: str, *, err: bool = False) -> None:
+    """One output line; with the opt-out, every line carries the warning."""
+    suffix = f"  [{trust.INSECURE_NOTE}]" if site.insecure else ""
+    click.echo(shown(line, limit=4000) + suffix, err=err)
 
 
 def selections(
@@ -113,47 +136,60 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
 
 @command.command(name="inspect")
 @click.argument("source", type=_SOURCE)
+@_trust_options
 @json_option
-def inspect(source: Path, as_json: bool) -> None:
-    """Show a bundle's manifest (images, inputs, files) without checking the files."""
-    manifest = verifying.read_manifest(source)
+def inspect(source: Path, pubkey: Path | None, insecure_unsigned: bool, as_json: bool) -> None:
+    """Show a bundle's manifest (images, inputs, files) once its signature verified.
+
+    The files themselves are not checked: that is `bundle verify`.
+    """
+    site = _site(pubkey, insecure_unsigned)
+    manifest = verifying.read_manifest(source, site=site)
     if as_json:
-        echo_json(manifest)
+        echo_json({**manifest, "insecure": site.insecure} if site.insecure else manifest)
         return
     signer = manifest["signed_by"]
-    click.echo(f"bundle: {source} format {manifest['format_version']}, created "
+    _say(site, f"bundle: {source} format {manifest['format_version']}, created "
                f"{manifest['created']}, {f'signed {signer}' if signer else 'unsigned'}")
     for image in manifest["images"]:
-        click.echo(f"  {image['profile']:20} {image['tags'][0]:60} {image['id'][7:19]} "
+        _say(site, f"  {image['profile']:20} {image['tags'][0]:60} {image['id'][7:19]} "
                    f"127.0.0.1:{image['port']}")
     total = sum(int(f["size"]) for f in manifest["files"])
-    click.echo(f"  {len(manifest['files'])} files, {total / 2**20:.1f} MiB")
+    _say(site, f"  {len(manifest['files'])} files, {total / 2**20:.1f} MiB")
 
 
 @command.command(name="verify")
 @click.argument("source", type=_SOURCE)
-@_PUBKEY
+@_trust_options
 @json_option
-def verify(source: Path, pubkey: Path | None, as_json: bool) -> None:
-    """Check every file, the file list and (with --pubkey) the signature; never extracts."""
-    result = verifying.verify(source, pubkey=pubkey)
+def verify(source: Path, pubkey: Path | None, insecure_unsigned: bool, as_json: bool) -> None:
+    """Check the signature (against the site's key), every file and the file list.
+
+    Streams; never extracts. Refuses an unsigned or foreign-signed bundle unless
+    --insecure-unsigned.
+    """
+    site = _site(pubkey, insecure_unsigned)
+    result = verifying.verify(source, site=site)
     if as_json:
-        echo_json({"ok": True, **result.to_json()})
+        echo_json({"ok": True, "insecure": site.insecure, **result.to_json()})
         return
-    click.echo(f"bundle: {source} OK: {result.files} files, {result.bytes / 2**20:.1f} MiB, "
+    _say(site, f"bundle: {source} OK: {result.files} files, {result.bytes / 2**20:.1f} MiB, "
                f"signature {result.signature}")
 
 
 @command.command(name="load")
 @click.argument("source", type=_SOURCE)
-@_PUBKEY
+@_trust_options
 @json_option
-def load(source: Path, pubkey: Path | None, as_json: bool) -> None:
+def load(source: Path, pubkey: Path | None, insecure_unsigned: bool, as_json: bool) -> None:
     """Verify the bundle completely, then load its images and confirm their IDs."""
+    site = _site(pubkey, insecure_unsigned)
     with DockerEngine.connect() as engine:
-        report = loading.load(engine, source, pubkey=pubkey, on_line=_echo)
+        report = loading.load(engine, source, site=site,
+                              on_line=lambda line: _say(site, line, err=True))
     if as_json:
-        echo_json({"ok": True, **report.verified.to_json(), "loaded": list(report.image_ids)})
+        echo_json({"ok": True, "insecure": site.insecure, **report.verified.to_json(),
+                   "loaded": list(report.image_ids)})
         return
     for image_id in report.image_ids:
-        click.echo(f"bundle: loaded {image_id}")
+        _say(site, f"bundle: loaded {image_id}")

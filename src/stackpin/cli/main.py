@@ -9,25 +9,56 @@ import click
 
 from stackpin import __version__
 from stackpin.cli import registry
-from stackpin.errors import EXIT_INTERRUPTED, StackpinError
+from stackpin.errors import EXIT_INTERRUPTED, HostEnvironmentError, StackpinError
+from stackpin.untrusted import shown
+
+EXIT_BUG = 1
 
 
 class _Group(click.Group):
-    """Maps StackpinError to its exit code and one line on stderr (traceback with --debug)."""
+    """Maps every error to its exit code and one line on stderr (traceback with --debug).
+
+    StackpinError carries its own code; an OSError the code did not expect is the host's
+    (exit 8); anything else is a bug in stackpin (exit 1), reported as such.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
         except StackpinError as exc:
-            if ctx.obj and ctx.obj.get("debug"):
+            if _debug(ctx):
                 raise
-            click.echo(f"stackpin: {exc.kind} error: {exc.message}", err=True)
+            _line(f"stackpin: {exc.kind} error: {exc.message}")
             for line in exc.details[1:] if len(exc.details) > 1 else ():
-                click.echo(f"  {line}", err=True)
+                _line(f"  {line}")
             ctx.exit(exc.return_code)
         except KeyboardInterrupt:
-            click.echo("stackpin: interrupted; nothing half-written was left behind", err=True)
+            _line("stackpin: interrupted; nothing half-written was left behind")
             ctx.exit(EXIT_INTERRUPTED)
+        except OSError as exc:
+            if _debug(ctx):
+                raise
+            where = f" {exc.filename}" if exc.filename else ""
+            _line(f"stackpin: environment error: {exc.strerror or exc}{where}; check the path, "
+                  "its permissions and free space")
+            ctx.exit(HostEnvironmentError.return_code)
+        except Exception as exc:  # the one place that catches everything
+            if _debug(ctx):
+                raise
+            _line(f"stackpin: internal error: {type(exc).__name__}: {exc}; this is a bug, "
+                  "please report it with the command line and the output of --debug")
+            ctx.exit(EXIT_BUG)
+
+
+def _debug(ctx: click.Context) -> bool:
+    return bool(ctx.obj and ctx.obj.get("debug"))
+
+
+def _line(text: str) -> None:
+    """One line on stderr, whatever the message holds (controls and newlines escaped)."""
+    click.echo(shown(text, limit=4000), err=True)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -46,7 +77,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
       stackpin bundle export CELL -o DIR   air-gap bundle
 
     Exit codes: 0 ok, 2 usage, 3 configuration, 4 validation, 5 build,
-    6 verification, 7 bundle, 8 host environment, 130 interrupted.
+    6 verification, 7 bundle, 8 host environment, 130 interrupted; 1 is an
+    internal error (a bug: please report it).
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
