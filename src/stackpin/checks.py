@@ -25,6 +25,7 @@ from stackpin.abi import (
 )
 from stackpin.errors import ValidationError
 from stackpin.matrix import Cell, PinnedWheel, pinned_wheels
+from stackpin.untrusted import shown
 
 Severity = Literal["error", "warning"]
 
@@ -50,7 +51,8 @@ class Violation:
 
     def __str__(self) -> str:
         where = f"{self.cell}: {self.field}"
-        return f"{where}: expected {self.expected}, found {self.found}; {self.fix}"
+        line = f"{where}: expected {self.expected}, found {self.found}; {self.fix}"
+        return shown(line, limit=2000)  # a matrix value cannot break the line
 
     def to_json(self) -> dict[str, str]:
         return {
@@ -301,6 +303,23 @@ def _torch_build(ctx: _Context) -> Iterator[Violation]:
         fix = "pin a CUDA build of torch from the public index"
     if expected:
         yield ctx.violation("torch.filename", expected, found, fix)
+
+
+def _cxx11abi(ctx: _Context) -> Iterator[Violation]:
+    """A C++ extension and torch must agree on _GLIBCXX_USE_CXX11_ABI, or the extension
+    fails to load with undefined std::string / std::list symbols; checked where both
+    labels say which ABI they were built with."""
+    torch_abi = ctx.torch.cxx11abi if ctx.torch is not None else None
+    if torch_abi is None:
+        return
+    for wheel, info in ctx.parsed():
+        if info.name != "torch" and info.cxx11abi is not None and info.cxx11abi != torch_abi:
+            yield ctx.violation(
+                f"{wheel.path}.filename",
+                f"a wheel built with cxx11abi {str(torch_abi).upper()} like the torch wheel",
+                f"cxx11abi {str(info.cxx11abi).upper()} ({info.filename})",
+                "pin the build of this wheel made for the torch wheel's C++ ABI",
+            )
 
 
 def _unknown_tokens(ctx: _Context) -> Iterator[Violation]:
@@ -581,6 +600,7 @@ _RULES: tuple[Callable[[_Context], Iterator[Violation]], ...] = (
     _python_tags,
     _platform_tags,
     _torch_build,
+    _cxx11abi,
     _label_versions,
     _unknown_tokens,
     _numpy,

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from stackpin.errors import ConfigurationError
+from stackpin.matrix_safety import cell_problems, duplicate_ids
+from stackpin.untrusted import MAX_DEPTH, depth, read_bounded, shown
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -36,7 +38,7 @@ WheelSource = Literal["index", "vendor"]
 BitsAndBytes = Literal["disabled", "index", "vendor"]
 
 VARIANTS: tuple[Variant, ...] = ("stable", "enhanced")
-CELL_ID_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
+MAX_MATRIX_BYTES = 4 << 20
 
 
 def _doc(text: str, **extra: Any) -> dict[str, Any]:
@@ -176,7 +178,7 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
+        return shown(f"{self.path}: {self.message}", limit=2000)
 
 
 class _Invalid:
@@ -296,8 +298,6 @@ def _structural_problems(matrix: Matrix) -> list[Problem]:
         )
     for cell in matrix.cells.values():
         where = f"cells.{cell.id}"
-        if not CELL_ID_PATTERN.match(cell.id):
-            problems.append(Problem(where, "cell id must be lower-case letters, digits, '.', '-'"))
         base = cell.base
         if bool(base.image) == (base.bootstrap is not None):
             problems.append(Problem(f"{where}.base", "set exactly one of 'image' or 'bootstrap'"))
@@ -308,6 +308,9 @@ def _structural_problems(matrix: Matrix) -> list[Problem]:
                 problems.append(Problem(f"{where}.{wheel_path}.sha256", "expected 64 hex digits"))
         if not cell.variants:
             problems.append(Problem(f"{where}.variants", "list at least one variant"))
+    for cell in matrix.cells.values():
+        problems += [Problem(path, message)
+                     for path, message in cell_problems(cell, _pinned_wheels(cell))]
     return problems
 
 
@@ -340,15 +343,29 @@ def decode_matrix_lenient(data: Mapping[str, Any]) -> tuple[Matrix | None, list[
 
 
 def parse_toml(path: Path) -> dict[str, Any]:
-    """Read a matrix file's TOML, with errors that name the file and how to fix it."""
+    """Read a matrix file's TOML, with errors that name the file and how to fix it.
+
+    The file must be a regular UTF-8 file of at most MAX_MATRIX_BYTES, nested at most
+    MAX_DEPTH levels: a directory, /dev/zero or a nesting bomb is one line, not a hang.
+    """
+    if not path.exists():
+        msg = f"{shown(path)}: no such matrix file; list the shipped ones with 'ls pinning/*.toml'"
+        raise ConfigurationError(msg)
+    data = read_bounded(path, limit=MAX_MATRIX_BYTES, what="matrix file", error=ConfigurationError)
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        msg = f"{path}: no such matrix file; list the shipped ones with 'ls pinning/*.toml'"
+        document = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        msg = f"{shown(path)}: not UTF-8 (byte {exc.start}); save the matrix as UTF-8"
         raise ConfigurationError(msg) from None
     except tomllib.TOMLDecodeError as exc:
-        msg = f"{path}: not valid TOML ({exc}); fix the syntax at that line"
+        msg = f"{shown(path)}: not valid TOML ({shown(exc)}); fix the syntax at that line"
         raise ConfigurationError(msg) from None
+    except RecursionError:
+        document = None
+    if document is None or depth(document) > MAX_DEPTH:
+        msg = f"{shown(path)}: nested more than {MAX_DEPTH} levels deep: not a matrix"
+        raise ConfigurationError(msg)
+    return document
 
 
 def decode_matrix(data: Mapping[str, Any], *, source: str) -> Matrix:
@@ -373,14 +390,16 @@ def load_matrix(path: Path) -> Matrix:
 def load_cells(paths: list[Path]) -> dict[str, Cell]:
     """Every cell of several matrix files by id; a duplicate id is a configuration error."""
     cells: dict[str, Cell] = {}
-    origin: dict[str, Path] = {}
+    files: list[tuple[str, list[str]]] = []
     for path in paths:
-        for cell_id, cell in load_matrix(path).cells.items():
-            if cell_id in cells:
-                msg = f"cell '{cell_id}' is in both {origin[cell_id]} and {path}; rename one"
-                raise ConfigurationError(msg)
-            cells[cell_id] = cell
-            origin[cell_id] = path
+        matrix = load_matrix(path)
+        files.append((str(path), list(matrix.cells)))
+        cells.update(matrix.cells)
+    duplicates = duplicate_ids(files)
+    if duplicates:
+        source, (where, message) = duplicates[0]
+        msg = f"{shown(source)}: {where}: {message}"
+        raise ConfigurationError(msg)
     return cells
 
 

@@ -111,7 +111,7 @@ def test_malformed_digest_and_sha_are_reported():
 
 def test_cell_id_pattern():
     text = MINIMAL.replace("cells.c1", "cells.C_1")
-    assert "cell id must be lower-case" in problems_of(text)[0]
+    assert "a cell id is 1-64 lower-case letters" in problems_of(text)[0]
 
 
 def test_schema_version_is_checked():
@@ -130,7 +130,8 @@ def test_bad_toml_names_the_file(tmp_path: Path):
 def test_duplicate_cell_ids_across_files(tmp_path: Path):
     for name in ("a.toml", "b.toml"):
         (tmp_path / name).write_text(MINIMAL)
-    with pytest.raises(ConfigurationError, match="is in both"):
+    with pytest.raises(ConfigurationError,
+                       match=r"b\.toml: cells\.c1: the id is also declared in .*a\.toml"):
         load_cells([tmp_path / "a.toml", tmp_path / "b.toml"])
 
 

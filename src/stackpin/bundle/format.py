@@ -213,5 +213,5 @@ _SAFE_PATH = re.compile(r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]*(/[A-Za-z0-9_+-][A-Za-z
 def safe_relative(path: str) -> bool:
     """A plain relative path inside the bundle: no '..', no absolute path, plain characters."""
     parts = PurePosixPath(path).parts
-    return (len(path) <= 1024 and bool(_SAFE_PATH.match(path)) and ".." not in parts
+    return (len(path) <= 1024 and bool(_SAFE_PATH.fullmatch(path)) and ".." not in parts
             and str(PurePosixPath(*parts)) == path)

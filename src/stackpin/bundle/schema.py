@@ -39,7 +39,7 @@ def text(*, pattern: re.Pattern[str] | None = None, limit: int = MAX_TEXT) -> Ch
     def check(value: Any, where: str) -> None:
         if not isinstance(value, str):
             raise _bad(where=where, what=f"is {type(value).__name__}, not a string")
-        if len(value) > limit or (pattern is not None and not pattern.match(value)):
+        if len(value) > limit or (pattern is not None and not pattern.fullmatch(value)):
             raise _bad(where=where, what=f"is not a valid value ({shown(value, limit=80)!r})")
     return check
 

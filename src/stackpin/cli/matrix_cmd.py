@@ -17,6 +17,7 @@ from stackpin.matrix import (
     parse_toml,
     reference_rows,
 )
+from stackpin.matrix_safety import duplicate_ids
 
 
 @click.group(name="matrix")
@@ -67,11 +68,15 @@ def check(files: tuple[Path, ...], as_json: bool) -> None:
     paths = list(files) or project_layout().matrix_files()
     problems: list[tuple[str, Problem]] = []
     cells: list[Cell] = []
+    declared: list[tuple[str, list[str]]] = []
     for path in paths:
         matrix, found = decode_matrix_lenient(parse_toml(path))
         problems += [(str(path), p) for p in found]
         if matrix is not None:
             cells += matrix.cells.values()
+            declared.append((str(path), list(matrix.cells)))
+    problems += [(source, Problem(where, message))
+                 for source, (where, message) in duplicate_ids(declared)]
     violations = check_cells(cells)
     errors = [v for v in violations if v.severity == "error"]
     warnings = [v for v in violations if v.severity != "error"]
