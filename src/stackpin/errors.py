@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from stackpin.untrusted import shown
+
+MAX_MESSAGE = 4000
+
 
 class StackpinError(Exception):
     """Root of every error stackpin raises on purpose."""
@@ -16,9 +20,12 @@ class StackpinError(Exception):
     kind = "error"
 
     def __init__(self, message: str, *, details: Sequence[str] = ()) -> None:
+        # Messages quote names from outside (files, cells, members): escaped here, once,
+        # so no error can print a second line, whoever raises it.
+        message = shown(message, limit=MAX_MESSAGE)
         super().__init__(message)
         self.message = message
-        self.details = tuple(details)
+        self.details = tuple(shown(line, limit=MAX_MESSAGE) for line in details)
 
 
 class ConfigurationError(StackpinError):

@@ -11,7 +11,6 @@ grid's renderers (Markdown, HTML, JSON, JUnit) live in ``stackpin.grid``.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,6 +19,22 @@ from typing import Any
 
 from stackpin.errors import VerificationError
 from stackpin.matrix import VARIANTS, Cell
+from stackpin.shapes import (
+    any_of,
+    anything,
+    array,
+    boolean,
+    conform,
+    integer,
+    mapping,
+    number,
+    obj,
+    one_of,
+    optional,
+    scalar,
+    text,
+)
+from stackpin.untrusted import parse_json, read_bounded, shown
 
 REPORT_SCHEMA = "stackpin.verify/v1"
 GRID_SCHEMA = "stackpin.grid/v1"
@@ -131,8 +146,12 @@ class Grid:
 # --- reading reports -----------------------------------------------------------------
 
 
+MAX_REPORT_BYTES = 64 << 20
+
+
 def _bad(source: str, what: str) -> VerificationError:
-    msg = f"{source}: {what}; pass a JSON report written by 'stackpin verify' ({REPORT_SCHEMA})"
+    msg = (f"{shown(source)}: {what}; pass a JSON report written by 'stackpin verify' "
+           f"({REPORT_SCHEMA})")
     return VerificationError(msg)
 
 
@@ -144,40 +163,67 @@ def _require(data: Mapping[str, Any], key: str, kind: type, source: str, where: 
     return value
 
 
-def load_report(source: str, text: str) -> dict[str, Any]:
-    """A report's JSON object, or a one-line VerificationError saying why it is not one."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _bad(source, f"not JSON ({exc.msg} at line {exc.lineno})") from None
-    if not isinstance(data, dict) or data.get("schema") != REPORT_SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else None
-        raise _bad(source, f"not a stackpin verification report (schema {found!r})")
-    return data
+_CHECK = obj({
+    "name": text(limit=256),
+    "level": integer(0, 1000),
+    "status": one_of(*STATUSES),
+    "required": optional(boolean),
+    "reason": optional(text(limit=1 << 16)),
+    "duration_s": optional(number(0, 1e9)),
+    "metrics": optional(mapping(anything, limit=4096)),  # read only through _number
+}, optional_keys=("level", "required", "reason", "duration_s", "metrics"))
+_REPORT = obj({
+    "schema": text(limit=64),
+    "created": optional(text(limit=64)),
+    "backend": optional(text(limit=256)),
+    "host": mapping(any_of(scalar, array(scalar, limit=256), mapping(scalar))),
+    "image": optional(obj({"cell": text(limit=256), "variant": text(limit=64)})),
+    "versions": mapping(scalar),
+    "summary": obj({"required_failed": integer(0, 1 << 31)}),
+    "checks": array(_CHECK, limit=100_000),
+}, optional_keys=("created", "backend", "host", "image", "versions", "summary"))
+_GRID = obj({
+    "schema": text(limit=64),
+    "rows": array(obj({
+        "id": text(limit=512),
+        "checks": mapping(obj({"status": text(limit=64)}), limit=100_000),
+        "numbers": mapping(optional(number(-1e300, 1e300)), limit=4096),
+    }, optional_keys=("checks", "numbers")), limit=100_000),
+}, optional_keys=("rows",))
 
 
-def read_text(path: Path) -> str:
-    """A report (or grid) file's text; unreadable is a VerificationError, not a traceback."""
+def load_report(source: str, data: str | bytes) -> dict[str, Any]:
+    """A report's JSON object, schema-checked; else a one-line VerificationError."""
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        msg = (f"{path}: cannot be read ({exc.__class__.__name__}); pass a report JSON file "
-               "written by 'stackpin verify'")
-        raise VerificationError(msg) from None
+        document = parse_json(data.encode() if isinstance(data, str) else data,
+                              what="the file", error=VerificationError)
+    except VerificationError as exc:
+        raise _bad(source, exc.message) from None
+    if not isinstance(document, dict) or document.get("schema") != REPORT_SCHEMA:
+        found = document.get("schema") if isinstance(document, dict) else None
+        raise _bad(source, f"not a stackpin verification report (schema {shown(found)!r})")
+    conform(_REPORT, document, lambda problem: _bad(source, problem))
+    return document
+
+
+def read_document(path: Path) -> bytes:
+    """A report (or grid) file's bytes, size-capped; unreadable is one VerificationError."""
+    return read_bounded(path, limit=MAX_REPORT_BYTES, what="report file",
+                        error=VerificationError)
 
 
 def read_report(path: Path) -> dict[str, Any]:
     """The report at ``path`` (``load_report`` of its text)."""
-    return load_report(str(path), read_text(path))
+    return load_report(str(path), read_document(path))
 
 
 def report_dir(root: Path, cell_id: str, variant: str) -> Path:
     return root / "build" / "reports" / f"{cell_id}-{variant}"
 
 
-def parse_report(source: str, text: str) -> Row:
+def parse_report(source: str, data_text: str | bytes) -> Row:
     """One verification report as a grid row; anything else is a VerificationError."""
-    data = load_report(source, text)
+    data = load_report(source, data_text)
     checks, metrics = _parse_checks(_require(data, "checks", list, source, ""), source)
     host = _require(data, "host", dict, source, "")
     versions = _require(data, "versions", dict, source, "")
@@ -333,18 +379,18 @@ def _disambiguate(reports: Sequence[Row]) -> Iterable[Row]:
 # --- baseline comparison -------------------------------------------------------------
 
 
-def parse_baseline(source: str, text: str) -> dict[str, dict[str, Any]]:
+def parse_baseline(source: str, data: str | bytes) -> dict[str, dict[str, Any]]:
     """A previous grid.json as {row id: {"checks": {name: status}, "numbers": {...}}}."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        msg = f"{source}: not JSON ({exc.msg}); --baseline takes a 'report grid' output dir"
-        raise VerificationError(msg) from None
-    if not isinstance(data, dict) or data.get("schema") != GRID_SCHEMA:
-        msg = f"{source}: not a stackpin grid (schema {GRID_SCHEMA}); rebuild it with 'report grid'"
+    document = parse_json(data.encode() if isinstance(data, str) else data,
+                          what=f"{shown(source)}", error=VerificationError)
+    if not isinstance(document, dict) or document.get("schema") != GRID_SCHEMA:
+        msg = (f"{shown(source)}: not a stackpin grid (schema {GRID_SCHEMA}); rebuild it with "
+               "'report grid'")
         raise VerificationError(msg)
+    conform(_GRID, document, lambda problem: VerificationError(
+        f"{shown(source)}: {problem}; --baseline takes a 'report grid' output dir"))
     rows: dict[str, dict[str, Any]] = {}
-    for row in data.get("rows", []):
+    for row in document.get("rows", []):
         checks = {n: c.get("status", MISSING) for n, c in row.get("checks", {}).items()}
         rows[row["id"]] = {"checks": checks, "numbers": dict(row.get("numbers", {}))}
     return rows

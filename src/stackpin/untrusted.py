@@ -22,9 +22,10 @@ import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stackpin.errors import StackpinError
+if TYPE_CHECKING:
+    from stackpin.errors import StackpinError
 
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 20
@@ -94,7 +95,7 @@ def parse_json(data: bytes, *, what: str, error: type[StackpinError]) -> Any:
         msg = f"{what} is nested too deeply: not a file stackpin wrote"
         raise error(msg) from None
     except (ValueError, OverflowError) as exc:  # JSONDecodeError is a ValueError
-        msg = f"{what} is not valid JSON ({shown(exc, limit=120)})"
+        msg = f"{what} is not JSON ({shown(exc, limit=120)})"
         raise error(msg) from None
     if depth(value) > MAX_DEPTH:
         msg = f"{what} is nested more than {MAX_DEPTH} levels deep: not a file stackpin wrote"

@@ -184,7 +184,7 @@ def test_a_file_that_is_not_a_report_is_rejected_with_its_name():
         ('{"schema": "stackpin.verify/v2"}', "schema 'stackpin.verify/v2'"),
         ('{"schema": "stackpin.verify/v1", "host": {}, "versions": {}}', "'checks' is missing"),
         ('{"schema": "stackpin.verify/v1", "host": {}, "versions": {}, "image": null,'
-         ' "checks": [{"name": "L1.x", "level": 1, "status": "ok"}]}', "status 'ok' is not"),
+         ' "checks": [{"name": "L1.x", "level": 1, "status": "ok"}]}', "status: 'ok' is not one of"),
         ('{"schema": "stackpin.verify/v1", "host": {}, "versions": {}, "image": {"cell": "c"},'
          ' "checks": []}', "'variant' is missing"),
     ],

@@ -62,11 +62,12 @@ def grid(reports: tuple[Path, ...], out_dir: Path, baseline: Path | None, thresh
     with no report is 'not run'. With --baseline, exits 6 when anything regressed.
     """
     # No report at all (every cell failed before verify) still gives a grid: all 'not run'.
-    rows = [reportlib.parse_report(str(p), reportlib.read_text(p)) for p in _report_files(reports)]
+    rows = [reportlib.parse_report(str(p), reportlib.read_document(p))
+            for p in _report_files(reports)]
     result = reportlib.build_grid(rows, _cells(cells_from))
     if baseline is not None:
         old_path = baseline / "grid.json"
-        old = reportlib.parse_baseline(str(old_path), reportlib.read_text(old_path))
+        old = reportlib.parse_baseline(str(old_path), reportlib.read_document(old_path))
         result = reportlib.compare(result, old, source=str(baseline), threshold=threshold)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in gridlib.render_all(result).items():

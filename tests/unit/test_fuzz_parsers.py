@@ -1,0 +1,232 @@
+"""Fuzz tier: every parser of outside input either succeeds or raises ONE StackpinError
+with a one-line message; never another exception, never a traceback.
+
+Hypothesis runs a fixed, derandomized number of examples per parser so CI time stays
+small and a failure reproduces; each test also runs its seeds through the CLI where the
+parser has a verb, so the top-level handler is fuzzed too.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+from typing import Any
+
+import tomllib
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stackpin import reports
+from stackpin.abi import parse_wheel_filename
+from stackpin.bundle import trust
+from stackpin.bundle import verify as verifying
+from stackpin.checks import check_cells
+from stackpin.errors import StackpinError
+from stackpin.matrix import decode_matrix_lenient
+from stackpin.untrusted import parse_json
+
+FUZZ = settings(max_examples=300, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70)
+    | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner,
+                                                                 max_size=5),
+    max_leaves=30,
+)
+
+SHA = "ab" * 32
+MANIFEST: dict[str, Any] = {
+    "format": "stackpin-bundle", "format_version": 1, "created": "2025-01-01T00:00:00Z",
+    "signed_by": None, "sha256sums": SHA,
+    "images_archive": {"tar_bytes": 10240},
+    "images": [{"cell": "c1", "variant": "stable", "profile": "stable", "id": f"sha256:{SHA}",
+                "tags": ["stackpin/c1:stable"], "port": 18888, "platform": "cpu",
+                "cpu_arch": "x86_64", "arch": [], "labels": {}, "run": {}, "size": 1}],
+    "files": [{"path": "images.tar.zst", "size": 1, "sha256": SHA},
+              {"path": "SHA256SUMS", "size": 1, "sha256": SHA}],
+}
+REPORT: dict[str, Any] = {
+    "schema": reports.REPORT_SCHEMA, "created": "2025-01-01T00:00:00Z", "backend": "cpu",
+    "host": {"hostname": "h"}, "image": {"cell": "c1", "variant": "stable"},
+    "versions": {"torch": "2.13.0"}, "summary": {"required_failed": 0},
+    "checks": [{"name": "L1.gemm", "level": 1, "required": True, "status": "pass",
+                "reason": "", "duration_s": 0.1, "metrics": {"tflops": 1.5}}],
+}
+
+
+def _mutations(document: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """The document with one value somewhere replaced, or one key removed."""
+    def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        found = [prefix]
+        if isinstance(value, dict):
+            for key, item in value.items():
+                found += paths(item, (*prefix, key))
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                found += paths(item, (*prefix, index))
+        return found
+
+    def apply(path: tuple[Any, ...], new: Any, remove: bool) -> Any:
+        copy = json.loads(json.dumps(document))
+        if not path:
+            return new
+        parent = copy
+        for step in path[:-1]:
+            parent = parent[step]
+        if remove and isinstance(parent, dict):
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = new
+        return copy
+
+    return st.builds(apply, st.sampled_from(paths(document)), JSON, st.booleans())
+
+
+def _one_line(error: StackpinError) -> None:
+    assert error.message
+    assert "\n" not in error.message and "\r" not in error.message
+
+
+def _accepts_or_refuses(parse: Any, *args: Any) -> Any:
+    try:
+        return parse(*args)
+    except StackpinError as exc:
+        _one_line(exc)
+        return None
+
+
+# --- bundle manifest --------------------------------------------------------------------
+
+
+def _manifest(data: bytes) -> Any:
+    # The opt-out skips the signature, so the parser and schema see every input.
+    return verifying.accept_manifest(Path("b"), data, None, trust.insecure())
+
+
+@FUZZ
+@given(st.binary(max_size=2000))
+def test_manifest_bytes(data):
+    _accepts_or_refuses(_manifest, data)
+
+
+@FUZZ
+@given(_mutations(MANIFEST))
+def test_manifest_shapes(document):
+    result = _accepts_or_refuses(_manifest, json.dumps(document).encode())
+    if result is not None:  # accepted: every field the code reads has its type
+        manifest = result[0]
+        assert all(isinstance(e["size"], int) for e in manifest["files"])
+        assert all(isinstance(i["tags"][0], str) for i in manifest["images"])
+
+
+def test_the_unmutated_manifest_is_accepted():
+    manifest, state = _manifest(json.dumps(MANIFEST).encode())
+    assert state == "not checked (insecure)"
+    assert manifest["images"][0]["id"] == f"sha256:{SHA}"
+
+
+@FUZZ
+@given(st.integers(1, 300_000), st.sampled_from(["[", "{\"a\":"]))
+def test_json_nesting_and_size_bombs(levels, opener):
+    closer = "]" if opener == "[" else "}"
+    data = (opener * levels + "1" + closer * levels).encode()
+    value = _accepts_or_refuses(lambda d: parse_json(d, what="x", error=StackpinError), data)
+    assert (value is not None) == (levels <= 64)
+
+
+# --- verification reports and grids -----------------------------------------------------
+
+
+@FUZZ
+@given(st.binary(max_size=2000))
+def test_report_bytes(data):
+    _accepts_or_refuses(reports.parse_report, "r.json", data)
+
+
+@FUZZ
+@given(_mutations(REPORT), _mutations(REPORT))
+def test_report_shapes_through_grid_and_diff(before, after):
+    for document in (before, after):
+        _accepts_or_refuses(reports.parse_report, "r.json", json.dumps(document))
+    old = _accepts_or_refuses(reports.load_report, "a.json", json.dumps(before))
+    new = _accepts_or_refuses(reports.load_report, "b.json", json.dumps(after))
+    if old is not None and new is not None:
+        changes = reports.diff_reports(old, new)
+        assert all(isinstance(change, reports.Difference) for change in changes)
+
+
+@FUZZ
+@given(_mutations({"schema": reports.GRID_SCHEMA,
+                   "rows": [{"id": "c1/stable", "checks": {"L1.x": {"status": "pass"}},
+                             "numbers": {"gemm": 1.0}}]}))
+def test_baseline_grid_shapes(document):
+    _accepts_or_refuses(reports.parse_baseline, "grid.json", json.dumps(document))
+
+
+# --- matrices ---------------------------------------------------------------------------
+
+MATRIX = tomllib.loads("""
+schema_version = 1
+[cells.c1]
+platform = "cpu"
+python = "cp311"
+glibc = "2.36"
+numpy = "<2"
+[cells.c1.base.bootstrap]
+suite = "bookworm"
+mirror = "http://deb.debian.org/debian"
+[cells.c1.torch]
+filename = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+source = "index"
+[cells.c1.stack]
+numpy = "1.26.4"
+[cells.c1.run]
+volumes = ["/opt/hyhal:/opt/hyhal:ro"]
+""")
+
+
+def _matrix(document: Any) -> None:
+    matrix, problems = decode_matrix_lenient(document)
+    for problem in problems:
+        assert "\n" not in str(problem)
+    if matrix is not None:
+        for violation in check_cells(matrix.cells.values()):
+            assert "\n" not in str(violation)
+
+
+@FUZZ
+@given(_mutations(MATRIX))
+def test_matrix_shapes(document):
+    if isinstance(document, dict):
+        _accepts_or_refuses(_matrix, document)
+
+
+@FUZZ
+@given(st.binary(max_size=1500))
+def test_matrix_files(tmp_path_factory, data):
+    from stackpin.matrix import parse_toml
+
+    path = tmp_path_factory.mktemp("m") / "m.toml"
+    path.write_bytes(data)
+    document = _accepts_or_refuses(parse_toml, path)
+    if document is not None:
+        _accepts_or_refuses(_matrix, document)
+
+
+# --- wheel file names -------------------------------------------------------------------
+
+WHEEL_PARTS = st.text(alphabet=string.ascii_letters + string.digits + "._+-!/\\:\n ", max_size=20)
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=80),
+                 st.builds(lambda *p: "-".join(p) + ".whl", WHEEL_PARTS, WHEEL_PARTS,
+                           WHEEL_PARTS, WHEEL_PARTS, WHEEL_PARTS)))
+def test_wheel_filenames(name):
+    info = _accepts_or_refuses(parse_wheel_filename, name)
+    if info is not None:
+        assert info.filename.endswith(".whl")
+
