@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from test_bundle_fakes import CPU_CELL, export_cpu, project
+from test_bundle_fakes import CPU_CELL, export_cpu, project, site_trusting
 
 from stackpin import sbom
 from stackpin.bundle import models
@@ -65,7 +65,7 @@ def test_every_bundle_has_a_models_folder_but_no_model_unless_asked(tmp_path, sh
     assert (out / "models" / "README.md").read_text() == models.README
     assert not [f for f in _files(out) if f.startswith(("models/tiny", "licenses/models"))]
     assert not (out / "sbom" / "models.cdx.json").exists()
-    assert verifying.verify(out, pubkey=public).signature == "verified"
+    assert verifying.verify(out, site=site_trusting(public)).signature == "verified"
 
 
 def test_with_models_ships_each_model_its_licence_and_an_sbom_of_them(tmp_path, shipped_cells):
@@ -86,7 +86,7 @@ def test_with_models_ships_each_model_its_licence_and_an_sbom_of_them(tmp_path, 
         source / "model.safetensors")
     manifest = {f["path"] for f in json.loads((out / "manifest.json").read_bytes())["files"]}
     assert {"models/tiny/model.safetensors", "sbom/models.cdx.json"} <= manifest
-    assert verifying.verify(out, pubkey=public).signature == "verified"
+    assert verifying.verify(out, site=site_trusting(public)).signature == "verified"
 
 
 def test_a_model_without_a_declared_licence_is_refused_and_nothing_written(tmp_path,
@@ -168,10 +168,10 @@ def test_models_the_site_adds_are_not_extra_files_but_shipped_ones_stay_checked(
     out = result.out_dir
     (out / "models" / "site-model").mkdir()
     (out / "models" / "site-model" / "model.gguf").write_bytes(b"GGUF")
-    assert verifying.verify(out, pubkey=public).signature == "verified"
+    assert verifying.verify(out, site=site_trusting(public)).signature == "verified"
     (out / "models" / "tiny" / "model.safetensors").write_bytes(b"altered")
     with pytest.raises(BundleError, match=r"models/tiny/model.safetensors is 7 bytes"):
-        verifying.verify(out, pubkey=public)
+        verifying.verify(out, site=site_trusting(public))
 
 
 def test_an_unlisted_file_outside_models_is_still_an_extra_file(tmp_path, shipped_cells):
@@ -179,4 +179,4 @@ def test_an_unlisted_file_outside_models_is_still_an_extra_file(tmp_path, shippe
     (result.out_dir / "locks" / "models").mkdir()
     (result.out_dir / "locks" / "models" / "x.gguf").write_bytes(b"GGUF")
     with pytest.raises(BundleError, match=r"locks/models/x.gguf is not in the manifest"):
-        verifying.verify(result.out_dir, pubkey=public)
+        verifying.verify(result.out_dir, site=site_trusting(public))
