@@ -27,7 +27,7 @@ from stackpin.shapes import (
     conform,
     integer,
     mapping,
-    number,
+    numeric,
     obj,
     one_of,
     optional,
@@ -169,7 +169,7 @@ _CHECK = obj({
     "status": one_of(*STATUSES),
     "required": optional(boolean),
     "reason": optional(text(limit=1 << 16)),
-    "duration_s": optional(number(0, 1e9)),
+    "duration_s": optional(numeric(0, 1e9)),
     "metrics": optional(mapping(anything, limit=4096)),  # read only through _number
 }, optional_keys=("level", "required", "reason", "duration_s", "metrics"))
 _REPORT = obj({
@@ -187,7 +187,7 @@ _GRID = obj({
     "rows": array(obj({
         "id": text(limit=512),
         "checks": mapping(obj({"status": text(limit=64)}), limit=100_000),
-        "numbers": mapping(optional(number(-1e300, 1e300)), limit=4096),
+        "numbers": mapping(optional(numeric(-1e300, 1e300)), limit=4096),
     }, optional_keys=("checks", "numbers")), limit=100_000),
 }, optional_keys=("rows",))
 

@@ -117,7 +117,7 @@ def one_of(*choices: str) -> Shape:
     return check
 
 
-def number(low: float, high: float) -> Shape:
+def numeric(low: float, high: float) -> Shape:
     def check(value: Any, where: str) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ShapeError(where, f"is {type(value).__name__}, not a number")
@@ -131,7 +131,7 @@ def scalar(value: Any, where: str) -> None:
     if isinstance(value, str):
         text()(value, where)
     elif not (value is None or isinstance(value, bool)):
-        number(-1e300, 1e300)(value, where)
+        numeric(-1e300, 1e300)(value, where)
 
 
 def anything(value: Any, where: str) -> None:
