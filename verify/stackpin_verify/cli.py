@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     image_path = resolve_image_info(parser, args.image_info)
     # torch and the levels load only after the arguments parsed: usage errors stay instant.
-    from stackpin_verify import environment
+    from stackpin_verify import capability, environment
     from stackpin_verify.runner import make_context, run_levels
 
     start = time.perf_counter()
@@ -93,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         versions=environment.versions(),
         devices=environment.devices(),
         duration_s=time.perf_counter() - start,
+        device=capability.device_report(ctx.device),
     )
     json_path, xml_path = report.write_reports(result, args.out_dir)
     if args.json:

@@ -55,8 +55,10 @@ def build_report(
     devices: list[dict[str, Any]],
     duration_s: float,
     created: datetime.datetime | None = None,
+    device: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     created = created or datetime.datetime.now(datetime.timezone.utc)
+    extra = {} if device is None else {"device": device}
     return {
         "schema": REPORT_SCHEMA,
         "created": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -65,6 +67,7 @@ def build_report(
         "backend": backend,
         "versions": versions,
         "devices": devices,
+        **extra,
         "summary": summarise(checks, duration_s),
         "checks": [c.to_json() for c in checks],
     }
