@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +45,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
 
 
-def _stackpin(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def checkout_copy(dest: Path) -> Path:
+    """A copy of the checkout as a user would have it: tracked and untracked files, .git,
+    and the (ignored) wheelhouse hard-linked; no .venv, no build/. Integration tests run
+    the CLI there, so nothing they do (fetch, lock, build records) writes into ROOT."""
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z", "-co", "--exclude-standard"],
+        capture_output=True, check=True,
+    ).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        source = ROOT / rel
+        if source.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / rel)
+    if (ROOT / ".git").is_dir():
+        shutil.copytree(ROOT / ".git", dest / ".git", symlinks=True)
+    else:  # a `git worktree` checkout: .git is a file naming the shared git dir
+        shutil.copy2(ROOT / ".git", dest / ".git")
+    for folder in (f"wheels/{CPU_CELL}", "wheels/vendor"):
+        if (ROOT / folder).is_dir():
+            shutil.copytree(ROOT / folder, dest / folder, copy_function=_link_new,
+                            dirs_exist_ok=True)
+    return dest
+
+
+def _link_new(source: str, target: str) -> None:
+    if not os.path.exists(target):  # tracked files (wheels/vendor/README.md) are copied
+        os.link(source, target)
+
+
+def stackpin_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "stackpin.cli.main", *args],
         cwd=cwd, capture_output=True, text=True, check=False,
@@ -51,16 +82,24 @@ def _stackpin(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="session")
-def cpu_image(docker_engine) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    """The CPU default image, built through the real CLI (fetch + build) when missing.
+def cpu_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's copy of the checkout where the CPU default is fetched and built."""
+    return checkout_copy(tmp_path_factory.mktemp("checkout"))
+
+
+@pytest.fixture(scope="session")
+def cpu_image(docker_engine, cpu_project: Path) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """The CPU default image, built through the real CLI (fetch + build) in ``cpu_project``.
 
     Returns the build record (image_id, tags, sizes). A warm build reuses every layer,
-    so running the suite after `scripts/demo.sh` costs seconds.
+    so running the suite after `scripts/demo.sh` costs seconds. A fetch, when the
+    wheelhouse does not match the lock, rewrites the copy's lock, never the checkout's.
     """
     for args in (("wheels", "fetch", CPU_CELL), ("build", CPU_CELL)):
-        if args[0] == "wheels" and not _stackpin("wheels", "verify", CPU_CELL).returncode:
+        if args[0] == "wheels" and not stackpin_cli("wheels", "verify", CPU_CELL,
+                                                    cwd=cpu_project).returncode:
             continue
-        done = _stackpin(*args)
+        done = stackpin_cli(*args, cwd=cpu_project)
         assert done.returncode == 0, f"stackpin {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-    record = json.loads((ROOT / "build" / "records" / f"{CPU_CELL}-stable.json").read_text())
+    record = json.loads((cpu_project / "build" / "records" / f"{CPU_CELL}-stable.json").read_text())
     return dict(record)

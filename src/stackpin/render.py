@@ -186,7 +186,25 @@ def render(req: RenderRequest) -> Rendered:
     env = _environment(req.templates_dir)
     groups = layer_groups(cell, variant)
     labels = image_labels(req)
-    context = {
+    context = template_context(req, groups, labels)
+    files = {
+        "Dockerfile": env.get_template("Dockerfile.j2").render(context),
+        "stackpin/entrypoint.sh": env.get_template("entrypoint.sh.j2").render(context),
+        "stackpin/guard.py": (req.templates_dir / "guard.py").read_text(encoding="utf-8"),
+        "stackpin/image.json": json.dumps(image_info(req), indent=2, sort_keys=True) + "\n",
+    }
+    for group in groups:
+        wheels = lock.group(group) if lock else ()
+        files[f"wheels/{group}/requirements.txt"] = requirements_text(group, wheels)
+    return Rendered(files=files, labels=labels, base_reference=context["base_reference"])
+
+
+def template_context(
+    req: RenderRequest, groups: tuple[Group, ...], labels: Mapping[str, str]
+) -> dict[str, Any]:
+    """Every name the templates and their fragments use."""
+    cell, variant, lock = req.cell, req.variant, req.lock
+    return {
         "cell": cell,
         "variant": variant,
         "stackpin_version": req.stackpin_version,
@@ -201,16 +219,11 @@ def render(req: RenderRequest) -> Rendered:
         "runtime_env": sorted(cell.env.items()),
         "labels": sorted(labels.items()),
     }
-    files = {
-        "Dockerfile": env.get_template("Dockerfile.j2").render(context),
-        "stackpin/entrypoint.sh": env.get_template("entrypoint.sh.j2").render(context),
-        "stackpin/guard.py": (req.templates_dir / "guard.py").read_text(encoding="utf-8"),
-        "stackpin/image.json": json.dumps(image_info(req), indent=2, sort_keys=True) + "\n",
-    }
-    for group in groups:
-        wheels = lock.group(group) if lock else ()
-        files[f"wheels/{group}/requirements.txt"] = requirements_text(group, wheels)
-    return Rendered(files=files, labels=labels, base_reference=base_reference(cell))
+
+
+def render_template(templates_dir: Path, name: str, context: Mapping[str, Any]) -> str:
+    """One template or fragment (templates/fragments/*.j2) with the render environment."""
+    return _environment(templates_dir).get_template(name).render(context)
 
 
 def _lock_line(lock: Lock | None) -> str:

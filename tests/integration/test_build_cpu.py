@@ -95,10 +95,10 @@ def test_entrypoint_execs_the_command(cpu_image, docker_engine: DockerEngine):
     assert run_in(docker_engine, str(cpu_image["image_id"]), "echo", "hello").strip() == "hello"
 
 
-def test_images_lists_the_build(cpu_image):
+def test_images_lists_the_build(cpu_image, cpu_project: Path):
     done = subprocess.run(
         [sys.executable, "-m", "stackpin.cli.main", "images", "--json"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        cwd=cpu_project, capture_output=True, text=True, check=True,
     )
     rows = {row["id"]: row for row in json.loads(done.stdout)}
     row = rows[str(cpu_image["image_id"])]
@@ -107,11 +107,12 @@ def test_images_lists_the_build(cpu_image):
 
 
 @pytest.fixture
-def project_copy(tmp_path: Path, cpu_image) -> Path:
-    """A copy of the project sharing the real wheelhouse, for builds that must fail."""
+def project_copy(tmp_path: Path, cpu_image, cpu_project: Path) -> Path:
+    """A copy of the project sharing the session copy's wheelhouse, for builds that must fail."""
     for folder in ("pinning", "templates", "verify"):
-        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "wheels").symlink_to(ROOT / "wheels")
+        shutil.copytree(cpu_project / folder, tmp_path / folder,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "wheels").symlink_to(cpu_project / "wheels")
     return tmp_path
 
 

@@ -26,8 +26,10 @@ pytestmark = pytest.mark.docker
 STACKPIN = [sys.executable, "-m", "stackpin.cli.main"]
 
 
-def _stackpin(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*STACKPIN, *args], capture_output=True, text=True, cwd=ROOT,
+def _stackpin(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    # Export runs in the session's checkout copy (its build records); the other verbs
+    # write nothing into a project.
+    return subprocess.run([*STACKPIN, *args], capture_output=True, text=True, cwd=cwd,
                           timeout=3600)
 
 
@@ -58,12 +60,12 @@ def _remove(engine: DockerEngine, image_id: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def signed_bundle(cpu_image, tmp_path_factory) -> tuple[Path, Path]:
+def signed_bundle(cpu_image, cpu_project: Path, tmp_path_factory) -> tuple[Path, Path]:
     work = tmp_path_factory.mktemp("bundle")
     done = _stackpin("keys", "generate", "-o", str(work / "keys"))
     assert done.returncode == 0, done.stderr
     done = _stackpin("bundle", "export", CPU_CELL, "-o", str(work / "site"),
-                     "--sign-key", str(work / "keys" / "stackpin.key"), "--json")
+                     "--sign-key", str(work / "keys" / "stackpin.key"), "--json", cwd=cpu_project)
     assert done.returncode == 0, done.stderr
     return work / "site", work / "keys" / "stackpin.pub"
 
@@ -147,11 +149,13 @@ def test_one_flipped_byte_is_refused_with_nothing_loaded(signed_bundle, cpu_imag
             assert done.returncode == 0, done.stderr
 
 
-def test_two_exports_of_the_same_images_are_byte_identical(signed_bundle, tmp_path):
+def test_two_exports_of_the_same_images_are_byte_identical(signed_bundle, cpu_project: Path,
+                                                           tmp_path):
     first, _pubkey = signed_bundle
     key = first.parent / "keys" / "stackpin.key"
     second = tmp_path / "site"
-    done = _stackpin("bundle", "export", CPU_CELL, "-o", str(second), "--sign-key", str(key))
+    done = _stackpin("bundle", "export", CPU_CELL, "-o", str(second), "--sign-key", str(key),
+                     cwd=cpu_project)
     assert done.returncode == 0, done.stderr
     for name in ("images.tar.zst", "manifest.json", "manifest.sig", "SHA256SUMS"):
         assert (first / name).read_bytes() == (second / name).read_bytes(), name

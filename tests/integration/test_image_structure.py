@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import testinfra
@@ -74,13 +75,13 @@ def test_labels_parse(cpu_image, docker_engine: DockerEngine):
     assert int(info.labels["io.stackpin.source-date-epoch"]) == cell["source_date_epoch"]
 
 
-def test_stackpin_verify_passes_and_writes_reports(cpu_image):
+def test_stackpin_verify_passes_and_writes_reports(cpu_image, cpu_project: Path):
     done = subprocess.run(
         [sys.executable, "-m", "stackpin.cli.main", "verify", CPU_CELL],
-        cwd=ROOT, capture_output=True, text=True, check=False,
+        cwd=cpu_project, capture_output=True, text=True, check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    out_dir = ROOT / "build" / "reports" / f"{CPU_CELL}-stable"
+    out_dir = cpu_project / "build" / "reports" / f"{CPU_CELL}-stable"
     report = json.loads((out_dir / "report.json").read_text())
     assert report["schema"] == "stackpin.verify/v1"
     assert report["image"]["cell"] == CPU_CELL

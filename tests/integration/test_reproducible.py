@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.conftest import CPU_CELL, ROOT
+from tests.conftest import CPU_CELL, ROOT, checkout_copy
 
 from stackpin.engine.docker_api import DockerEngine
 from stackpin.lock import read_lock
@@ -35,31 +35,6 @@ pytestmark = pytest.mark.docker
 # A token unique to each run keeps the step out of the layer cache of earlier runs on the
 # same daemon: a cached `date` layer from a previous run would make both builds agree.
 INJECTED = f"RUN : {uuid.uuid4().hex} && date +%s%N > /opt/stackpin/built-at"
-
-
-def snapshot(dest: Path) -> Path:
-    """A copy of the checkout as a user would have it: tracked and untracked files, .git,
-    and the (ignored) wheelhouse hard-linked; no .venv, no build/."""
-    listed = subprocess.run(
-        ["git", "-C", str(ROOT), "ls-files", "-z", "-co", "--exclude-standard"],
-        capture_output=True, check=True,
-    ).stdout.decode().split("\0")
-    for rel in filter(None, listed):
-        source = ROOT / rel
-        if source.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / rel)
-    shutil.copytree(ROOT / ".git", dest / ".git", symlinks=True)
-    for folder in (f"wheels/{CPU_CELL}", "wheels/vendor"):
-        if (ROOT / folder).is_dir():
-            shutil.copytree(ROOT / folder, dest / folder, copy_function=_link_new,
-                            dirs_exist_ok=True)
-    return dest
-
-
-def _link_new(source: str, target: str) -> None:
-    if not os.path.exists(target):  # tracked files (wheels/vendor/README.md) are copied
-        os.link(source, target)
 
 
 def stackpin(copy: Path, *args: str, env: dict[str, str] | None = None,
@@ -100,7 +75,7 @@ def test_no_cache_rebuild_elsewhere_gives_the_same_image_id(
     cpu_image, docker_engine: DockerEngine, tmp_path: Path, tags_put_back: None
 ):
     """`rebuild --check` (a --no-cache build) from another directory, TZ, umask and host."""
-    first = snapshot(tmp_path / "checkout-a")
+    first = checkout_copy(tmp_path / "checkout-a")
     second = tmp_path / "elsewhere" / "deeper" / "checkout-b"
     shutil.copytree(first, second, symlinks=True)
     a = record_of(stackpin(first, "build", CPU_CELL, "--json"))
@@ -133,7 +108,7 @@ def test_no_cache_rebuild_elsewhere_gives_the_same_image_id(
 def test_injected_timestamp_is_caught_and_named(
     cpu_image, docker_engine: DockerEngine, tmp_path: Path, tags_put_back: None
 ):
-    copy = snapshot(tmp_path / "injected")
+    copy = checkout_copy(tmp_path / "injected")
     template = copy / "templates" / "Dockerfile.j2"
     text = template.read_text()
     anchor = "COPY verify/ /opt/stackpin/verify/\n"

@@ -1,9 +1,9 @@
-# Rendered by stackpin 0.1.0 for cell rocm64-gfx942-torch280-py312, variant stable.
-# Do not edit: change pinning/*.toml and run `stackpin render rocm64-gfx942-torch280-py312 --variant stable`.
-# Lock: none yet (run `stackpin wheels fetch`); a build refuses an unlocked cell
+# Rendered by stackpin 0.1.0 for cell synth-rocm, variant stable.
+# Do not edit: change pinning/*.toml and run `stackpin render synth-rocm --variant stable`.
+# Lock: 706b2d1a4b1437922f976e13e41b0655bfdc893cd005ca45e179eeaa18f8dd36 (2 wheels)
 
 # ---- install stage: wheels in, nothing out but /opt/stackpin ------------------------
-FROM rocm/dev-ubuntu-24.04:6.4 AS install
+FROM registry.example.invalid/rocm:9.9 AS install
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # No index, no cache, no bytecode from imports: the install stage reads the locked
 # wheelhouse only, and bytecode is compiled once, deterministically, after the guard.
@@ -11,7 +11,7 @@ ENV PIP_NO_INDEX=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    SOURCE_DATE_EPOCH=1767225600
+    SOURCE_DATE_EPOCH=1700000000
 RUN python3 -m venv /opt/stackpin/venv
 
 # Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.
@@ -32,33 +32,33 @@ RUN /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --n
 COPY stackpin/ /opt/stackpin/
 RUN /opt/stackpin/venv/bin/pip check \
     && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
-        --python cp312 --torch 2.8.0+rocm6.4 --numpy '<3' \
+        --python cp312 --torch 2.5.0+rocm9.9 --numpy '>=1.26,<3' \
         --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache /tmp/*
 
 # ---- final stage: the base plus the finished environment, no wheel or cache ---------
-FROM rocm/dev-ubuntu-24.04:6.4
+FROM registry.example.invalid/rocm:9.9
 COPY --from=install /opt/stackpin /opt/stackpin
 COPY verify/ /opt/stackpin/verify/
 ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     VIRTUAL_ENV=/opt/stackpin/venv \
     PYTHONPATH=/opt/stackpin/verify \
-    STACKPIN_ATTENTION=sdpa \
-    HF_HUB_OFFLINE="1"
+    STACKPIN_ATTENTION=sdpa
 LABEL \
       io.stackpin.attention="sdpa" \
-      io.stackpin.cell="rocm64-gfx942-torch280-py312" \
-      io.stackpin.cell-json="{\"arch\":[\"gfx942\"],\"attention\":null,\"base\":{\"bootstrap\":null,\"digest\":\"\",\"image\":\"rocm/dev-ubuntu-24.04:6.4\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"ROCm 6.4, torch 2.8.0+rocm6.4, SDPA only (FlashAttention for ROCm is a separate fork)\",\"env\":{\"HF_HUB_OFFLINE\":\"1\"},\"env_script\":\"\",\"glibc\":\"2.39\",\"id\":\"rocm64-gfx942-torch280-py312\",\"numpy\":\"<3\",\"platform\":\"rocm\",\"platform_version\":\"6.4\",\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[\"/dev/kfd\",\"/dev/dri\"],\"gpus\":\"\",\"group_add\":[\"video\"],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"16g\",\"volumes\":[]},\"source_date_epoch\":1767225600,\"stack\":{\"accelerate\":\"1.10.1\",\"datasets\":\"4.1.1\",\"numpy\":\"2.2.6\",\"peft\":\"0.17.1\",\"safetensors\":\"0.6.2\",\"transformers\":\"4.57.6\",\"trl\":\"0.23.1\"},\"torch\":{\"filename\":\"torch-2.8.0+rocm6.4-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"\",\"source\":\"vendor\"},\"variants\":[\"stable\"],\"vendor_wheels\":[]}" \
-      io.stackpin.lock-digest="unlocked" \
+      io.stackpin.cell="synth-rocm" \
+      io.stackpin.cell-json="{\"arch\":[\"gfx999\"],\"attention\":null,\"base\":{\"bootstrap\":null,\"digest\":\"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"image\":\"registry.example.invalid/rocm:9.9\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic ROCm cell: one variant, no env script\",\"env\":{},\"env_script\":\"\",\"glibc\":\"2.35\",\"id\":\"synth-rocm\",\"numpy\":\">=1.26,<3\",\"platform\":\"rocm\",\"platform_version\":\"9.9\",\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"numpy\":\"2.0.0\"},\"torch\":{\"filename\":\"torch-2.5.0+rocm9.9-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"8888888888888888888888888888888888888888888888888888888888888888\",\"source\":\"index\"},\"variants\":[\"stable\"],\"vendor_wheels\":[]}" \
+      io.stackpin.lock-digest="706b2d1a4b1437922f976e13e41b0655bfdc893cd005ca45e179eeaa18f8dd36" \
       io.stackpin.platform="rocm" \
-      io.stackpin.source-date-epoch="1767225600" \
+      io.stackpin.source-date-epoch="1700000000" \
       io.stackpin.variant="stable" \
       io.stackpin.version="0.1.0" \
-      org.opencontainers.image.base.name="rocm/dev-ubuntu-24.04:6.4" \
-      org.opencontainers.image.created="2026-01-01T00:00:00Z" \
-      org.opencontainers.image.description="ROCm 6.4, torch 2.8.0+rocm6.4, SDPA only (FlashAttention for ROCm is a separate fork)" \
-      org.opencontainers.image.title="stackpin/rocm64-gfx942-torch280-py312" \
+      org.opencontainers.image.base.digest="sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+      org.opencontainers.image.base.name="registry.example.invalid/rocm:9.9" \
+      org.opencontainers.image.created="2023-11-14T22:13:20Z" \
+      org.opencontainers.image.description="synthetic ROCm cell: one variant, no env script" \
+      org.opencontainers.image.title="stackpin/synth-rocm" \
       org.opencontainers.image.vendor="stackpin" \
-      org.opencontainers.image.version="stable-unlocked"
+      org.opencontainers.image.version="stable-706b2d1a4b14"
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
 CMD ["python", "-m", "stackpin_verify", "--levels", "0"]

@@ -1,9 +1,9 @@
-# Rendered by stackpin 0.1.0 for cell cuda128-sm90-torch280-py312, variant enhanced.
-# Do not edit: change pinning/*.toml and run `stackpin render cuda128-sm90-torch280-py312 --variant enhanced`.
-# Lock: none yet (run `stackpin wheels fetch`); a build refuses an unlocked cell
+# Rendered by stackpin 0.1.0 for cell synth-cuda, variant enhanced.
+# Do not edit: change pinning/*.toml and run `stackpin render synth-cuda --variant enhanced`.
+# Lock: 8793c91e6f458652458e84a397e75a3409b065684b5eaeb3c51e68ee62995ee3 (3 wheels)
 
 # ---- install stage: wheels in, nothing out but /opt/stackpin ------------------------
-FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04 AS install
+FROM registry.example.invalid/cuda:99.1 AS install
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # No index, no cache, no bytecode from imports: the install stage reads the locked
 # wheelhouse only, and bytecode is compiled once, deterministically, after the guard.
@@ -11,7 +11,7 @@ ENV PIP_NO_INDEX=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    SOURCE_DATE_EPOCH=1767225600
+    SOURCE_DATE_EPOCH=1700000000
 RUN python3 -m venv /opt/stackpin/venv
 
 # Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.
@@ -39,33 +39,33 @@ RUN /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --n
 COPY stackpin/ /opt/stackpin/
 RUN /opt/stackpin/venv/bin/pip check \
     && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
-        --python cp312 --torch 2.8.0 --numpy '<3' \
+        --python cp312 --torch 2.5.0+cu991 --numpy '>=1.26,<3' \
         --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache /tmp/*
 
 # ---- final stage: the base plus the finished environment, no wheel or cache ---------
-FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+FROM registry.example.invalid/cuda:99.1
 COPY --from=install /opt/stackpin /opt/stackpin
 COPY verify/ /opt/stackpin/verify/
 ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     VIRTUAL_ENV=/opt/stackpin/venv \
     PYTHONPATH=/opt/stackpin/verify \
-    STACKPIN_ATTENTION=flash_attn \
-    HF_HUB_OFFLINE="1"
+    STACKPIN_ATTENTION=flash_attn
 LABEL \
       io.stackpin.attention="flash_attn" \
-      io.stackpin.cell="cuda128-sm90-torch280-py312" \
-      io.stackpin.cell-json="{\"arch\":[\"sm_90\"],\"attention\":{\"filename\":\"flash_attn-2.8.3+cu12torch2.8cxx11abiTRUE-cp312-cp312-linux_x86_64.whl\",\"sha256\":\"\",\"source\":\"vendor\"},\"base\":{\"bootstrap\":null,\"digest\":\"\",\"image\":\"nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04\"},\"bitsandbytes\":\"index\",\"cpu_arch\":\"x86_64\",\"description\":\"CUDA 12.8, torch 2.8.0 (public index), upstream FlashAttention 2.8.3 wheel\",\"env\":{\"HF_HUB_OFFLINE\":\"1\"},\"env_script\":\"\",\"glibc\":\"2.39\",\"id\":\"cuda128-sm90-torch280-py312\",\"numpy\":\"<3\",\"platform\":\"cuda\",\"platform_version\":\"12.8\",\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"all\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"16g\",\"volumes\":[]},\"source_date_epoch\":1767225600,\"stack\":{\"accelerate\":\"1.10.1\",\"bitsandbytes\":\"0.47.0\",\"datasets\":\"4.1.1\",\"numpy\":\"2.2.6\",\"peft\":\"0.17.1\",\"safetensors\":\"0.6.2\",\"transformers\":\"4.57.6\",\"triton\":\"3.4.0\",\"trl\":\"0.23.1\",\"unsloth\":\"2025.10.12\"},\"torch\":{\"filename\":\"torch-2.8.0-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"\",\"source\":\"index\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[]}" \
-      io.stackpin.lock-digest="unlocked" \
+      io.stackpin.cell="synth-cuda" \
+      io.stackpin.cell-json="{\"arch\":[\"sm_99\"],\"attention\":{\"filename\":\"flash_attn-1.0.0+cu991torch250-cp312-cp312-linux_x86_64.whl\",\"sha256\":\"7777777777777777777777777777777777777777777777777777777777777777\",\"source\":\"index\"},\"base\":{\"bootstrap\":null,\"digest\":\"sha256:9999999999999999999999999999999999999999999999999999999999999999\",\"image\":\"registry.example.invalid/cuda:99.1\"},\"bitsandbytes\":\"index\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic CUDA cell: index torch and FlashAttention\",\"env\":{},\"env_script\":\"\",\"glibc\":\"2.35\",\"id\":\"synth-cuda\",\"numpy\":\">=1.26,<3\",\"platform\":\"cuda\",\"platform_version\":\"99.1\",\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"numpy\":\"2.0.0\"},\"torch\":{\"filename\":\"torch-2.5.0+cu991-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"6666666666666666666666666666666666666666666666666666666666666666\",\"source\":\"index\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[]}" \
+      io.stackpin.lock-digest="8793c91e6f458652458e84a397e75a3409b065684b5eaeb3c51e68ee62995ee3" \
       io.stackpin.platform="cuda" \
-      io.stackpin.source-date-epoch="1767225600" \
+      io.stackpin.source-date-epoch="1700000000" \
       io.stackpin.variant="enhanced" \
       io.stackpin.version="0.1.0" \
-      org.opencontainers.image.base.name="nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04" \
-      org.opencontainers.image.created="2026-01-01T00:00:00Z" \
-      org.opencontainers.image.description="CUDA 12.8, torch 2.8.0 (public index), upstream FlashAttention 2.8.3 wheel" \
-      org.opencontainers.image.title="stackpin/cuda128-sm90-torch280-py312" \
+      org.opencontainers.image.base.digest="sha256:9999999999999999999999999999999999999999999999999999999999999999" \
+      org.opencontainers.image.base.name="registry.example.invalid/cuda:99.1" \
+      org.opencontainers.image.created="2023-11-14T22:13:20Z" \
+      org.opencontainers.image.description="synthetic CUDA cell: index torch and FlashAttention" \
+      org.opencontainers.image.title="stackpin/synth-cuda" \
       org.opencontainers.image.vendor="stackpin" \
-      org.opencontainers.image.version="enhanced-unlocked"
+      org.opencontainers.image.version="enhanced-8793c91e6f45"
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
 CMD ["python", "-m", "stackpin_verify", "--levels", "0"]

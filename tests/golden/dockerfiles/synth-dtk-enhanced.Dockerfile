@@ -1,9 +1,9 @@
-# Rendered by stackpin 0.1.0 for cell dtk2604-k100-torch290-py310, variant enhanced.
-# Do not edit: change pinning/*.toml and run `stackpin render dtk2604-k100-torch290-py310 --variant enhanced`.
-# Lock: none yet (run `stackpin wheels fetch`); a build refuses an unlocked cell
+# Rendered by stackpin 0.1.0 for cell synth-dtk, variant enhanced.
+# Do not edit: change pinning/*.toml and run `stackpin render synth-dtk --variant enhanced`.
+# Lock: 144cb4b965dadc5ea7bb2514ecb990b9ca1eda906d1a24d7dc2f05797925e96a (5 wheels)
 
 # ---- install stage: wheels in, nothing out but /opt/stackpin ------------------------
-FROM image.sourcefind.cn:5000/dcu/admin/base/pytorch:2.9.0-ubuntu22.04-dtk26.04-py3.10 AS install
+FROM registry.example.invalid/dtk:99.01 AS install
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # No index, no cache, no bytecode from imports: the install stage reads the locked
 # wheelhouse only, and bytecode is compiled once, deterministically, after the guard.
@@ -11,7 +11,7 @@ ENV PIP_NO_INDEX=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    SOURCE_DATE_EPOCH=1767225600
+    SOURCE_DATE_EPOCH=1700000000
 RUN source /opt/dtk/env.sh && python3 -m venv /opt/stackpin/venv
 
 # Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.
@@ -39,12 +39,12 @@ RUN source /opt/dtk/env.sh && /opt/stackpin/venv/bin/pip install --no-index --no
 COPY stackpin/ /opt/stackpin/
 RUN source /opt/dtk/env.sh && /opt/stackpin/venv/bin/pip check \
     && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
-        --python cp310 --torch 2.9.0+das.opt1.dtk2604 --numpy '<2' \
+        --python cp310 --torch 1.0.0+das.dtk9901 --numpy '<2' \
         --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache /tmp/*
 
 # ---- final stage: the base plus the finished environment, no wheel or cache ---------
-FROM image.sourcefind.cn:5000/dcu/admin/base/pytorch:2.9.0-ubuntu22.04-dtk26.04-py3.10
+FROM registry.example.invalid/dtk:99.01
 COPY --from=install /opt/stackpin /opt/stackpin
 COPY verify/ /opt/stackpin/verify/
 ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -52,22 +52,23 @@ ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
     PYTHONPATH=/opt/stackpin/verify \
     STACKPIN_ATTENTION=flash_attn \
     HF_HUB_OFFLINE="1" \
-    TRITON_HIP_LLD_PATH="/opt/dtk/llvm/bin/ld.lld" \
+    QUOTED="a \"b\" \$c" \
     UNSLOTH_DISABLE_BITSANDBYTES="1"
 LABEL \
       io.stackpin.attention="flash_attn" \
-      io.stackpin.cell="dtk2604-k100-torch290-py310" \
-      io.stackpin.cell-json="{\"arch\":[\"gfx928\"],\"attention\":{\"filename\":\"flash_attn-2.8.3+das.opt1.dtk2604.torch290-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"\",\"source\":\"vendor\"},\"base\":{\"bootstrap\":null,\"digest\":\"\",\"image\":\"image.sourcefind.cn:5000/dcu/admin/base/pytorch:2.9.0-ubuntu22.04-dtk26.04-py3.10\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"K100-AI single card: vendor torch 2.9.0 + DTK FlashAttention 2.8.3\",\"env\":{\"HF_HUB_OFFLINE\":\"1\",\"TRITON_HIP_LLD_PATH\":\"/opt/dtk/llvm/bin/ld.lld\",\"UNSLOTH_DISABLE_BITSANDBYTES\":\"1\"},\"env_script\":\"/opt/dtk/env.sh\",\"glibc\":\"2.35\",\"id\":\"dtk2604-k100-torch290-py310\",\"numpy\":\"<2\",\"platform\":\"dtk\",\"platform_version\":\"26.04\",\"python\":\"cp310\",\"run\":{\"cap_add\":[],\"devices\":[\"/dev/kfd\",\"/dev/dri\",\"/dev/mkfd\"],\"gpus\":\"\",\"group_add\":[\"video\"],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"32g\",\"volumes\":[\"/opt/hyhal:/opt/hyhal:ro\"]},\"source_date_epoch\":1767225600,\"stack\":{\"accelerate\":\"1.10.1\",\"datasets\":\"4.1.1\",\"numpy\":\"1.26.4\",\"peft\":\"0.17.1\",\"safetensors\":\"0.6.2\",\"transformers\":\"4.57.6\",\"trl\":\"0.23.1\",\"unsloth\":\"2025.10.12\"},\"torch\":{\"filename\":\"torch-2.9.0+das.opt1.dtk2604-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"\",\"source\":\"vendor\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[]}" \
-      io.stackpin.lock-digest="unlocked" \
+      io.stackpin.cell="synth-dtk" \
+      io.stackpin.cell-json="{\"arch\":[\"gfx999\"],\"attention\":{\"filename\":\"flash_attn-1.0.0+das.dtk9901.torch100-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"4444444444444444444444444444444444444444444444444444444444444444\",\"source\":\"vendor\"},\"base\":{\"bootstrap\":null,\"digest\":\"sha256:2222222222222222222222222222222222222222222222222222222222222222\",\"image\":\"registry.example.invalid/dtk:99.01\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic DTK cell: vendor torch, env.sh, FlashAttention, a vendor wheel\",\"env\":{\"HF_HUB_OFFLINE\":\"1\",\"QUOTED\":\"a \\\"b\\\" \$c\",\"UNSLOTH_DISABLE_BITSANDBYTES\":\"1\"},\"env_script\":\"/opt/dtk/env.sh\",\"glibc\":\"2.35\",\"id\":\"synth-dtk\",\"numpy\":\"<2\",\"platform\":\"dtk\",\"platform_version\":\"99.01\",\"python\":\"cp310\",\"run\":{\"cap_add\":[],\"devices\":[\"/dev/kfd\",\"/dev/dri\"],\"gpus\":\"\",\"group_add\":[\"video\"],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"beta\":\"2.0.0\",\"numpy\":\"1.0.0\"},\"torch\":{\"filename\":\"torch-1.0.0+das.dtk9901-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"3333333333333333333333333333333333333333333333333333333333333333\",\"source\":\"vendor\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[{\"filename\":\"triton-1.0.0+das.dtk9901-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"5555555555555555555555555555555555555555555555555555555555555555\",\"source\":\"vendor\"}]}" \
+      io.stackpin.lock-digest="144cb4b965dadc5ea7bb2514ecb990b9ca1eda906d1a24d7dc2f05797925e96a" \
       io.stackpin.platform="dtk" \
-      io.stackpin.source-date-epoch="1767225600" \
+      io.stackpin.source-date-epoch="1700000000" \
       io.stackpin.variant="enhanced" \
       io.stackpin.version="0.1.0" \
-      org.opencontainers.image.base.name="image.sourcefind.cn:5000/dcu/admin/base/pytorch:2.9.0-ubuntu22.04-dtk26.04-py3.10" \
-      org.opencontainers.image.created="2026-01-01T00:00:00Z" \
-      org.opencontainers.image.description="K100-AI single card: vendor torch 2.9.0 + DTK FlashAttention 2.8.3" \
-      org.opencontainers.image.title="stackpin/dtk2604-k100-torch290-py310" \
+      org.opencontainers.image.base.digest="sha256:2222222222222222222222222222222222222222222222222222222222222222" \
+      org.opencontainers.image.base.name="registry.example.invalid/dtk:99.01" \
+      org.opencontainers.image.created="2023-11-14T22:13:20Z" \
+      org.opencontainers.image.description="synthetic DTK cell: vendor torch, env.sh, FlashAttention, a vendor wheel" \
+      org.opencontainers.image.title="stackpin/synth-dtk" \
       org.opencontainers.image.vendor="stackpin" \
-      org.opencontainers.image.version="enhanced-unlocked"
+      org.opencontainers.image.version="enhanced-144cb4b965da"
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
 CMD ["python", "-m", "stackpin_verify", "--levels", "0"]

@@ -1,0 +1,64 @@
+# Rendered by stackpin 0.1.0 for cell synth-cpu, variant stable.
+# Do not edit: change pinning/*.toml and run `stackpin render synth-cpu --variant stable`.
+# Lock: 41a52ea4cfeda9f83d5b6a5b5b0f7453c8244cb5bc33e321c3467933f5ed5231 (3 wheels)
+
+# ---- install stage: wheels in, nothing out but /opt/stackpin ------------------------
+FROM stackpin/base-bookworm:b7491652529b AS install
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# No index, no cache, no bytecode from imports: the install stage reads the locked
+# wheelhouse only, and bytecode is compiled once, deterministically, after the guard.
+ENV PIP_NO_INDEX=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    SOURCE_DATE_EPOCH=1700000000
+RUN python3 -m venv /opt/stackpin/venv
+
+# Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.
+# --no-deps so pip can never replace the vendor torch with a generic one from an index.
+COPY wheels/vendor/ /tmp/wheelhouse/vendor/
+RUN /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+        --find-links /tmp/wheelhouse/vendor -r /tmp/wheelhouse/vendor/requirements.txt \
+    && rm -rf /tmp/wheelhouse/vendor
+
+# Layer 2: the rest of the stack, every transitive wheel locked by sha256.
+# Changing one stack pin rebuilds from here; the torch layer above stays cached.
+COPY wheels/stack/ /tmp/wheelhouse/stack/
+RUN /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+        --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt \
+    && rm -rf /tmp/wheelhouse/stack
+
+# Guard: the build fails here, not at the site, when pip installed anything but the pins.
+COPY stackpin/ /opt/stackpin/
+RUN /opt/stackpin/venv/bin/pip check \
+    && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
+        --python cp311 --torch 1.0.0+cpu --numpy '<2' \
+        --compile /opt/stackpin/venv/lib \
+    && rm -rf /root/.cache /tmp/*
+
+# ---- final stage: the base plus the finished environment, no wheel or cache ---------
+FROM stackpin/base-bookworm:b7491652529b
+COPY --from=install /opt/stackpin /opt/stackpin
+COPY verify/ /opt/stackpin/verify/
+ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    VIRTUAL_ENV=/opt/stackpin/venv \
+    PYTHONPATH=/opt/stackpin/verify \
+    STACKPIN_ATTENTION=sdpa \
+    OMP_NUM_THREADS="2"
+LABEL \
+      io.stackpin.attention="sdpa" \
+      io.stackpin.cell="synth-cpu" \
+      io.stackpin.cell-json="{\"arch\":[],\"attention\":null,\"base\":{\"bootstrap\":{\"mirror\":\"http://deb.example.invalid/debian\",\"mmdebstrap_variant\":\"minbase\",\"packages\":[\"python3\",\"python3-venv\"],\"suite\":\"bookworm\"},\"digest\":\"\",\"image\":\"\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic CPU cell: bootstrapped base, one variant\",\"env\":{\"OMP_NUM_THREADS\":\"2\"},\"env_script\":\"\",\"glibc\":\"2.36\",\"id\":\"synth-cpu\",\"numpy\":\"<2\",\"platform\":\"cpu\",\"platform_version\":\"\",\"python\":\"cp311\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"alpha\":\"1.0.0\",\"numpy\":\"1.0.0\"},\"torch\":{\"filename\":\"torch-1.0.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl\",\"sha256\":\"1111111111111111111111111111111111111111111111111111111111111111\",\"source\":\"index\"},\"variants\":[\"stable\"],\"vendor_wheels\":[]}" \
+      io.stackpin.lock-digest="41a52ea4cfeda9f83d5b6a5b5b0f7453c8244cb5bc33e321c3467933f5ed5231" \
+      io.stackpin.platform="cpu" \
+      io.stackpin.source-date-epoch="1700000000" \
+      io.stackpin.variant="stable" \
+      io.stackpin.version="0.1.0" \
+      org.opencontainers.image.base.name="stackpin/base-bookworm:b7491652529b" \
+      org.opencontainers.image.created="2023-11-14T22:13:20Z" \
+      org.opencontainers.image.description="synthetic CPU cell: bootstrapped base, one variant" \
+      org.opencontainers.image.title="stackpin/synth-cpu" \
+      org.opencontainers.image.vendor="stackpin" \
+      org.opencontainers.image.version="stable-41a52ea4cfed"
+ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
+CMD ["python", "-m", "stackpin_verify", "--levels", "0"]

@@ -1,0 +1,64 @@
+# Rendered by stackpin 0.1.0 for cell synth-cuda, variant stable.
+# Do not edit: change pinning/*.toml and run `stackpin render synth-cuda --variant stable`.
+# Lock: 8793c91e6f458652458e84a397e75a3409b065684b5eaeb3c51e68ee62995ee3 (3 wheels)
+
+# ---- install stage: wheels in, nothing out but /opt/stackpin ------------------------
+FROM registry.example.invalid/cuda:99.1 AS install
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# No index, no cache, no bytecode from imports: the install stage reads the locked
+# wheelhouse only, and bytecode is compiled once, deterministically, after the guard.
+ENV PIP_NO_INDEX=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    SOURCE_DATE_EPOCH=1700000000
+RUN python3 -m venv /opt/stackpin/venv
+
+# Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.
+# --no-deps so pip can never replace the vendor torch with a generic one from an index.
+COPY wheels/vendor/ /tmp/wheelhouse/vendor/
+RUN /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+        --find-links /tmp/wheelhouse/vendor -r /tmp/wheelhouse/vendor/requirements.txt \
+    && rm -rf /tmp/wheelhouse/vendor
+
+# Layer 2: the rest of the stack, every transitive wheel locked by sha256.
+# Changing one stack pin rebuilds from here; the torch layer above stays cached.
+COPY wheels/stack/ /tmp/wheelhouse/stack/
+RUN /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+        --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt \
+    && rm -rf /tmp/wheelhouse/stack
+
+# Guard: the build fails here, not at the site, when pip installed anything but the pins.
+COPY stackpin/ /opt/stackpin/
+RUN /opt/stackpin/venv/bin/pip check \
+    && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
+        --python cp312 --torch 2.5.0+cu991 --numpy '>=1.26,<3' \
+        --compile /opt/stackpin/venv/lib \
+    && rm -rf /root/.cache /tmp/*
+
+# ---- final stage: the base plus the finished environment, no wheel or cache ---------
+FROM registry.example.invalid/cuda:99.1
+COPY --from=install /opt/stackpin /opt/stackpin
+COPY verify/ /opt/stackpin/verify/
+ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    VIRTUAL_ENV=/opt/stackpin/venv \
+    PYTHONPATH=/opt/stackpin/verify \
+    STACKPIN_ATTENTION=sdpa
+LABEL \
+      io.stackpin.attention="sdpa" \
+      io.stackpin.cell="synth-cuda" \
+      io.stackpin.cell-json="{\"arch\":[\"sm_99\"],\"attention\":{\"filename\":\"flash_attn-1.0.0+cu991torch250-cp312-cp312-linux_x86_64.whl\",\"sha256\":\"7777777777777777777777777777777777777777777777777777777777777777\",\"source\":\"index\"},\"base\":{\"bootstrap\":null,\"digest\":\"sha256:9999999999999999999999999999999999999999999999999999999999999999\",\"image\":\"registry.example.invalid/cuda:99.1\"},\"bitsandbytes\":\"index\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic CUDA cell: index torch and FlashAttention\",\"env\":{},\"env_script\":\"\",\"glibc\":\"2.35\",\"id\":\"synth-cuda\",\"numpy\":\">=1.26,<3\",\"platform\":\"cuda\",\"platform_version\":\"99.1\",\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"numpy\":\"2.0.0\"},\"torch\":{\"filename\":\"torch-2.5.0+cu991-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"6666666666666666666666666666666666666666666666666666666666666666\",\"source\":\"index\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[]}" \
+      io.stackpin.lock-digest="8793c91e6f458652458e84a397e75a3409b065684b5eaeb3c51e68ee62995ee3" \
+      io.stackpin.platform="cuda" \
+      io.stackpin.source-date-epoch="1700000000" \
+      io.stackpin.variant="stable" \
+      io.stackpin.version="0.1.0" \
+      org.opencontainers.image.base.digest="sha256:9999999999999999999999999999999999999999999999999999999999999999" \
+      org.opencontainers.image.base.name="registry.example.invalid/cuda:99.1" \
+      org.opencontainers.image.created="2023-11-14T22:13:20Z" \
+      org.opencontainers.image.description="synthetic CUDA cell: index torch and FlashAttention" \
+      org.opencontainers.image.title="stackpin/synth-cuda" \
+      org.opencontainers.image.vendor="stackpin" \
+      org.opencontainers.image.version="stable-8793c91e6f45"
+ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
+CMD ["python", "-m", "stackpin_verify", "--levels", "0"]
