@@ -74,6 +74,21 @@ def test_judge_passes_at_the_bound_and_fails_just_above_or_on_nan():
     assert judge_errors({"out": at, "dk": nan}) == "dk error nan > 1 (4 x PyTorch's 0.5 + epsilon)"
 
 
+def test_mean_error_must_stay_within_its_bound_too():
+    """The H200 case: PyTorch's bf16 max error was an outlier (0.0159), so 3 % noise stayed
+    under twice it; its mean error did not."""
+    ref = torch.zeros(1000, dtype=torch.float64)
+    pt = ref.clone()
+    pt[0] = 1.0  # one outlier: max 1.0, mean 0.001
+    noisy = torch.full((1000,), 0.01)
+    err = tensor_error(noisy, pt, ref)
+    assert err.max_ok and not err.mean_ok
+    assert (err.mean_pytorch, err.mean_kernel) == (pytest.approx(0.001), pytest.approx(0.01))
+    assert judge_errors({"out": err}) == (
+        "out mean error 0.01 > 0.00201 (2 x PyTorch's 0.001 + epsilon)"
+    )
+
+
 def test_missing_gradient_counts_as_infinite_error():
     err = tensor_error(None, torch.zeros(2), torch.zeros(2))
     assert err.kernel == float("inf") and not err.ok

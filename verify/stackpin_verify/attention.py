@@ -7,6 +7,11 @@ kernel's max error against the reference to be at most twice PyTorch's, for the 
 for dq, dk and dv. The bound scales with what the dtype can represent, so a kernel adding a
 few percent of noise fails at every shape, while an honest kernel passes at any sequence
 length, head dim or GQA ratio without a hand-tuned tolerance.
+
+Those tests assert on the max error and print the mean; here both must hold. The max of a
+long bf16 row is dominated by the PyTorch path's own outliers: on an H200 its bf16 max error
+was 0.0159 at seqlen 1023 (GQA, head dim 128, non-causal), and 3 % output noise stayed under
+twice that. The mean error is stable, and noise moves it by an order of magnitude.
 """
 
 from __future__ import annotations
@@ -102,19 +107,38 @@ def make_qkv(
 
 @dataclass(frozen=True)
 class TensorError:
-    """Max absolute error against the reference: the kernel's, PyTorch's, and the bound."""
+    """Max and mean absolute error against the reference: the kernel's, PyTorch's, and the
+    bounds (factor x PyTorch's + epsilon)."""
 
     kernel: float
     pytorch: float
     bound: float
     factor: float
+    mean_kernel: float = 0.0
+    mean_pytorch: float = 0.0
+    mean_bound: float = 0.0
+
+    @property
+    def max_ok(self) -> bool:
+        return self.kernel <= self.bound  # NaN compares False: a NaN kernel fails
+
+    @property
+    def mean_ok(self) -> bool:
+        return self.mean_kernel <= self.mean_bound
 
     @property
     def ok(self) -> bool:
-        return self.kernel <= self.bound  # NaN compares False: a NaN kernel fails
+        return self.max_ok and self.mean_ok
 
     def to_json(self) -> dict[str, float]:
-        return {"kernel": self.kernel, "pytorch": self.pytorch, "bound": self.bound}
+        return {
+            "kernel": self.kernel,
+            "pytorch": self.pytorch,
+            "bound": self.bound,
+            "mean_kernel": self.mean_kernel,
+            "mean_pytorch": self.mean_pytorch,
+            "mean_bound": self.mean_bound,
+        }
 
 
 def tensor_error(
@@ -126,24 +150,41 @@ def tensor_error(
     epsilon: float = EPSILON,
 ) -> TensorError:
     want = reference.detach()
-    pt = _max_error(pytorch, want)
-    bound = factor * pt + epsilon * max(1.0, float(want.abs().max()))
-    return TensorError(kernel=_max_error(got, want), pytorch=pt, bound=bound, factor=factor)
+    slack = epsilon * max(1.0, float(want.abs().max()))
+    pt_max, pt_mean = _errors(pytorch, want)
+    max_err, mean_err = _errors(got, want)
+    return TensorError(
+        kernel=max_err,
+        pytorch=pt_max,
+        bound=factor * pt_max + slack,
+        factor=factor,
+        mean_kernel=mean_err,
+        mean_pytorch=pt_mean,
+        mean_bound=factor * pt_mean + slack,
+    )
 
 
-def _max_error(got: torch.Tensor | None, want: torch.Tensor) -> float:
+def _errors(got: torch.Tensor | None, want: torch.Tensor) -> tuple[float, float]:
+    """(max, mean) absolute error; a missing tensor is infinitely wrong."""
     if got is None:
-        return float("inf")
-    return float((got.detach().to(want.dtype) - want).abs().max())
+        return float("inf"), float("inf")
+    diff = (got.detach().to(want.dtype) - want).abs()
+    return float(diff.max()), float(diff.mean())
 
 
 def judge_errors(errors: dict[str, TensorError]) -> str | None:
-    bad = [
-        f"{name} error {err.kernel:.3g} > {err.bound:.3g} "
-        f"({err.factor:g} x PyTorch's {err.pytorch:.3g} + epsilon)"
-        for name, err in errors.items()
-        if not err.ok
-    ]
+    bad = []
+    for name, err in errors.items():
+        if not err.max_ok:
+            bad.append(
+                f"{name} error {err.kernel:.3g} > {err.bound:.3g} "
+                f"({err.factor:g} x PyTorch's {err.pytorch:.3g} + epsilon)"
+            )
+        if not err.mean_ok:
+            bad.append(
+                f"{name} mean error {err.mean_kernel:.3g} > {err.mean_bound:.3g} "
+                f"({err.factor:g} x PyTorch's {err.mean_pytorch:.3g} + epsilon)"
+            )
     return "; ".join(bad) if bad else None
 
 
@@ -208,4 +249,9 @@ def compare_attention(
 
 
 def _ratio(err: TensorError) -> float:
-    return err.kernel / err.bound if err.bound > 0 else float("inf")
+    """The larger of max error / its bound and mean error / its bound (<= 1 passes)."""
+    ratios = [
+        got / bound if bound > 0 else float("inf")
+        for got, bound in ((err.kernel, err.bound), (err.mean_kernel, err.mean_bound))
+    ]
+    return max(ratios)
