@@ -45,7 +45,7 @@ def text(*, pattern: re.Pattern[str] | None = None, limit: int = MAX_TEXT) -> Sh
         if not isinstance(value, str):
             raise ShapeError(where, f"is {type(value).__name__}, not a string")
         if len(value) > limit or (pattern is not None and not pattern.fullmatch(value)):
-            raise ShapeError(where, f"is not a valid value ({shown(value, limit=80)!r})")
+            raise ShapeError(where, f"is not a valid value ('{shown(value, limit=80)}')")
     return check
 
 
