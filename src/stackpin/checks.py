@@ -306,20 +306,14 @@ def _torch_build(ctx: _Context) -> Iterator[Violation]:
 
 
 def _cxx11abi(ctx: _Context) -> Iterator[Violation]:
-    """A C++ extension and torch must agree on _GLIBCXX_USE_CXX11_ABI, or the extension
-    fails to load with undefined std::string / std::list symbols; checked where both
-    labels say which ABI they were built with."""
-    torch_abi = ctx.torch.cxx11abi if ctx.torch is not None else None
-    if torch_abi is None:
-        return
-    for wheel, info in ctx.parsed():
-        if info.name != "torch" and info.cxx11abi is not None and info.cxx11abi != torch_abi:
+    """Extensions and torch must share _GLIBCXX_USE_CXX11_ABI or fail to load (both known)."""
+    want = ctx.torch.cxx11abi if ctx.torch is not None else None
+    for wheel, info in ctx.parsed() if want is not None else ():
+        if info.name != "torch" and info.cxx11abi not in (None, want):
             yield ctx.violation(
-                f"{wheel.path}.filename",
-                f"a wheel built with cxx11abi {str(torch_abi).upper()} like the torch wheel",
+                f"{wheel.path}.filename", f"cxx11abi {str(want).upper()} like the torch wheel",
                 f"cxx11abi {str(info.cxx11abi).upper()} ({info.filename})",
-                "pin the build of this wheel made for the torch wheel's C++ ABI",
-            )
+                "pin the build of this wheel made for the torch wheel's C++ ABI")
 
 
 def _unknown_tokens(ctx: _Context) -> Iterator[Violation]:
