@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 
 from stackpin import __version__, provenance, sbom, signing
-from stackpin.bundle import models
+from stackpin.bundle import models, source
 from stackpin.bundle.format import (
     EXECUTABLE,
     FORMAT_VERSION,
@@ -394,6 +394,8 @@ def export(engine: Engine, request: ExportRequest, *,
         on_line("bundle: reading package inventories (SBOM) from the images")
         write_sboms(engine, staging, images, created)
         write_provenance(engine, request, staging, images)
+        if request.with_wheels:
+            source.write_rebuild_inputs(engine, request, staging, images, on_line=on_line)
         write_static_files(request, staging, images, stream)
         data = finish_bundle(request, staging, images, stream, signed_by=signed_by)
         if key is not None:

@@ -10,6 +10,7 @@ import click
 from stackpin import __version__
 from stackpin.bootstrap import ensure_base
 from stackpin.build import execute, plan, preflight, stage, vet_cell
+from stackpin.bundle.source import load_bundled_base, recorded_commit
 from stackpin.cache import cache_dir
 from stackpin.cli.common import (
     cell_argument,
@@ -24,7 +25,8 @@ from stackpin.target import LABEL_SOURCE_COMMIT, LABEL_VERSION, resolve
 
 
 def source_commit(root: Path) -> str:
-    """HEAD of the checkout, '+dirty' when tracked files differ; 'unknown' outside git."""
+    """HEAD of the checkout, '+dirty' when tracked files differ; outside git, the commit a
+    bundle folder records (SOURCE_COMMIT), else 'unknown'."""
     try:
         head = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -35,7 +37,8 @@ def source_commit(root: Path) -> str:
             capture_output=True, text=True, check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        # A --with-wheels bundle is a project without git: it records its images' commit.
+        return recorded_commit(root) or "unknown"
     return f"{head}+dirty" if dirty else head
 
 
@@ -57,13 +60,17 @@ def provenance_labels(root: Path) -> dict[str, str]:
 @click.option("--no-normalize", is_flag=True,
               help="Keep the classic builder's image as is (build-time mtimes and dates): "
                    "faster, but its ID changes with every --no-cache build.")
+@click.option("--offline", is_flag=True,
+              help="Never reach a network for the base: it must be on the daemon or in base/ "
+                   "of a --with-wheels bundle (run inside the bundle folder).")
 @click.option("-v", "--verbose", is_flag=True, help="Print every build line, not just steps.")
 @click.option("--prepare-only", is_flag=True,
               help="Stage build/context/CELL-VARIANT/ (Dockerfile + locked wheels) and stop; "
                    "for external builders such as `docker buildx bake`.")
 @json_option
 def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None,
-            no_normalize: bool, verbose: bool, prepare_only: bool, as_json: bool) -> None:
+            no_normalize: bool, offline: bool, verbose: bool, prepare_only: bool,
+            as_json: bool) -> None:
     """Build CELL's images offline from the locked wheelhouse (default: CPU default cell).
 
     Refuses, before Docker does any work: matrix violations, unpinned vendor hashes, a
@@ -88,6 +95,8 @@ def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None,
     progress = StepProgress(verbose=verbose)
     records = []
     with DockerEngine.connect() as engine:
+        if offline:
+            load_bundled_base(engine, targets[0].cell, root, on_line=progress)
         base = ensure_base(engine, targets[0].cell, cache_dir=cache_dir(), base_tar=base_tar,
                            on_line=progress)
         for target in targets:

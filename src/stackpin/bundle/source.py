@@ -1,0 +1,122 @@
+"""What a ``--with-wheels`` bundle carries so a site rebuilds the same images offline.
+
+Seed 000's source-build route: the bundle folder is itself a stackpin project, so that at
+the site ``cd BUNDLE && stackpin build CELL --offline`` rebuilds from the bundle alone:
+
+    pinning/*.toml, pinning/locks/<cell>.lock   the matrices and each bundled cell's lock
+    templates/, verify/                         what render and the build context read
+    wheels/<cell>/                              the locked wheelhouse (export re-hashes it)
+    base/<cell>.tar.zst                         the cell's base image, one save stream
+    SOURCE_COMMIT                               the commit the images were built from
+
+"The same image identity" is the image ID. The build is normalised (docs/reproducibility.md)
+so the ID depends only on the installed files and the image config, and the config holds
+the labels: cell, lock digest, stackpin version and the source commit. A folder without
+git would label its build "unknown" and get another ID, so the bundle records the commit
+of its images (their ``io.stackpin.source-commit`` label) and the build reads it when there
+is no git checkout.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+import zstandard
+
+from stackpin.bundle.format import BundleImage, ExportRequest, LineSink
+from stackpin.bundle.stream import write_images
+from stackpin.engine import Engine
+from stackpin.errors import BundleError, HostEnvironmentError
+from stackpin.matrix import Cell
+from stackpin.render import base_reference
+
+SOURCE_COMMIT = "SOURCE_COMMIT"
+BASES = "base"
+COMMIT_LABEL = "io.stackpin.source-commit"
+_COMMIT = re.compile(r"^(?:[0-9a-f]{40}(?:\+dirty)?|unknown)$")
+_SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+
+
+def base_archive(root: Path, cell_id: str) -> Path:
+    return root / BASES / f"{cell_id}.tar.zst"
+
+
+def recorded_commit(root: Path) -> str | None:
+    """The SOURCE_COMMIT a bundle folder records, or None outside one."""
+    path = root / SOURCE_COMMIT
+    if not path.is_file():
+        return None
+    commit = path.read_text(encoding="utf-8").strip()
+    if not _COMMIT.match(commit):
+        msg = f"{path} holds {commit[:60]!r}, not a commit: get a fresh copy of the bundle"
+        raise BundleError(msg)
+    return commit
+
+
+def images_commit(images: Sequence[BundleImage]) -> str:
+    """The one source commit every bundled image was built from."""
+    commits = sorted({i.labels.get(COMMIT_LABEL, "unknown") for i in images})
+    if len(commits) != 1:
+        msg = (
+            f"the images were built from different commits ({', '.join(commits)}): rebuild "
+            "them from one checkout before a --with-wheels export"
+        )
+        raise BundleError(msg)
+    return commits[0]
+
+
+def write_rebuild_inputs(engine: Engine, request: ExportRequest, staging: Path,
+                         images: Sequence[BundleImage], *, on_line: LineSink) -> None:
+    """Everything but the wheels (copied with the locks) that an offline rebuild reads."""
+    root = request.root
+    for matrix in sorted((root / "pinning").glob("*.toml")):
+        _copy_file(matrix, staging / "pinning" / matrix.name)
+    cells = {s.cell.id: s.cell for s in request.selections}
+    for selection in request.selections:  # the lock the images were built from
+        lock_path = staging / "pinning" / "locks" / f"{selection.cell.id}.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path.write_text(selection.lock.text(), encoding="utf-8")
+    for folder in ("templates", "verify"):
+        shutil.copytree(root / folder, staging / folder, ignore=_SKIP)
+    (staging / SOURCE_COMMIT).write_text(images_commit(images) + "\n", encoding="utf-8")
+    for cell in cells.values():
+        reference = base_reference(cell)
+        on_line(f"bundle: saving the base {reference} of {cell.id} for offline rebuilds")
+        target = base_archive(staging, cell.id)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_images(engine, [reference], target, threads=request.zstd_threads)
+        target.chmod(0o644)
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    target.chmod(0o644)
+
+
+def load_bundled_base(engine: Engine, cell: Cell, root: Path, *, on_line: LineSink) -> None:
+    """``build --offline``: the base must be on the daemon or in the folder's base/."""
+    reference = base_reference(cell)
+    if engine.image_info(reference) is not None:
+        return
+    archive = base_archive(root, cell.id)
+    if not archive.is_file():
+        msg = (
+            f"--offline: the base {reference} of {cell.id} is not on this daemon and "
+            f"{archive} does not exist: build from a --with-wheels bundle, or load the base"
+        )
+        raise HostEnvironmentError(msg)
+    on_line(f"base: loading {reference} from {archive}")
+    with archive.open("rb") as compressed:
+        loaded = engine.load(_decompressed(compressed))
+    if reference not in loaded.references:
+        msg = f"{archive} holds {', '.join(loaded.references) or 'no image'}, not {reference}"
+        raise HostEnvironmentError(msg)
+
+
+def _decompressed(compressed: IO[bytes]) -> Iterator[bytes]:
+    yield from zstandard.ZstdDecompressor().read_to_iter(compressed)
