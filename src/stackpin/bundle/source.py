@@ -33,6 +33,7 @@ from stackpin.engine import Engine
 from stackpin.errors import BundleError, HostEnvironmentError
 from stackpin.matrix import Cell
 from stackpin.render import base_reference
+from stackpin.target import Layout
 
 SOURCE_COMMIT = "SOURCE_COMMIT"
 BASES = "base"
@@ -72,16 +73,16 @@ def images_commit(images: Sequence[BundleImage]) -> str:
 def write_rebuild_inputs(engine: Engine, request: ExportRequest, staging: Path,
                          images: Sequence[BundleImage], *, on_line: LineSink) -> None:
     """Everything but the wheels (copied with the locks) that an offline rebuild reads."""
-    root = request.root
-    for matrix in sorted((root / "pinning").glob("*.toml")):
-        _copy_file(matrix, staging / "pinning" / matrix.name)
+    layout, site = Layout(request.root), Layout(staging)
+    for matrix in layout.matrix_files():
+        _copy_file(matrix, staging / matrix.relative_to(layout.root))
     cells = {s.cell.id: s.cell for s in request.selections}
     for selection in request.selections:  # the lock the images were built from
         lock_path = staging / "pinning" / "locks" / f"{selection.cell.id}.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         lock_path.write_text(selection.lock.text(), encoding="utf-8")
-    for folder in ("templates", "verify"):
-        shutil.copytree(root / folder, staging / folder, ignore=_SKIP)
+    shutil.copytree(layout.templates, site.templates, ignore=_SKIP)
+    shutil.copytree(layout.root / "verify", site.root / "verify", ignore=_SKIP)
     (staging / SOURCE_COMMIT).write_text(images_commit(images) + "\n", encoding="utf-8")
     for cell in cells.values():
         reference = base_reference(cell)
