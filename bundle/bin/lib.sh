@@ -13,9 +13,7 @@ SITE_TRUST_FILE=/etc/stackpin/trusted.pub
 TRUST_PUBKEY=${STACKPIN_PUBKEY:-}
 TRUST_ORIGIN=STACKPIN_PUBKEY
 INSECURE=0
-case ${STACKPIN_INSECURE_UNSIGNED:-} in ''|0) ;; *) INSECURE=1 ;; esac
 ALLOW_HOST_ACCESS=0
-case ${STACKPIN_ALLOW_HOST_ACCESS:-} in ''|0) ;; *) ALLOW_HOST_ACCESS=1 ;; esac
 TRUST_CHECKED=0
 # Size caps, checked with stat before a byte is read: manifest.json is parsed by sed and
 # openssl reads it whole (ed25519 signs the whole message); SHA256SUMS is read by sed/awk.
@@ -42,6 +40,17 @@ die() {
     say FAIL "$1" >&2
     exit 1
 }
+
+# An opt-in variable is 1 or unset (or 0): "false", "no" or a typo never opts in silently.
+opt_in() {  # NAME VALUE
+    case $2 in
+        ''|0) return 1 ;;
+        1) return 0 ;;
+        *) die "$1='$2': set it to 1 to opt in, or unset it" ;;
+    esac
+}
+if opt_in STACKPIN_INSECURE_UNSIGNED "${STACKPIN_INSECURE_UNSIGNED:-}"; then INSECURE=1; fi
+if opt_in STACKPIN_ALLOW_HOST_ACCESS "${STACKPIN_ALLOW_HOST_ACCESS:-}"; then ALLOW_HOST_ACCESS=1; fi
 
 need() {  # COMMAND WHY
     command -v "$1" >/dev/null 2>&1 || die "$1 is not installed: $2"

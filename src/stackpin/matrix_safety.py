@@ -29,6 +29,10 @@ IMAGE_PATH = re.compile(r"^/[A-Za-z0-9._+/-]+$")
 DEVICE = re.compile(r"^/dev/[A-Za-z0-9._/-]+(?::/dev/[A-Za-z0-9._/-]+)?(?::[rwm]+)?$")
 MIRROR = re.compile(r"^(?:https?://[A-Za-z0-9.-]+(?::\d+)?(?:/[A-Za-z0-9._~%+/-]*)?"
                     r"|file:///[A-Za-z0-9._+/-]+)$")
+SHM_SIZE = re.compile(r"[0-9]+[bkmgBKMG]?")
+GPUS = re.compile(r'[A-Za-z0-9,=:"-]+')
+IPC = re.compile(r"host|private|shareable|none")
+OPTION_VALUE = re.compile(r"[A-Za-z0-9_.:=/-]+")
 SENSITIVE_HOST_PATHS = (
     "/", "/etc", "/root", "/home", "/boot", "/proc", "/sys", "/dev", "/run", "/var",
     "/var/run", "/var/lib", "/var/lib/docker", "/var/run/docker.sock", "/run/docker.sock",
@@ -91,6 +95,19 @@ def _run_problems(cell: Cell, where: str) -> Iterator[Found]:
     for index, device in enumerate(cell.run.devices):
         if not DEVICE.fullmatch(device) or ".." in device.split("/"):
             yield (f"{where}.devices[{index}]", "a /dev/... node without '..'")
+    run = cell.run
+    for key, value, shape, expected in (
+        ("shm_size", run.shm_size, SHM_SIZE, "a size such as 16g"),
+        ("gpus", run.gpus, GPUS, "a GPU request such as all or device=0,1"),
+        ("ipc", run.ipc, IPC, "host, private, shareable or none"),
+    ):
+        if value and not shape.fullmatch(value):
+            yield (f"{where}.{key}", f"expected {expected}")
+    for key, values in (("group_add", run.group_add), ("cap_add", run.cap_add),
+                        ("security_opt", run.security_opt)):
+        for index, value in enumerate(values):
+            if not OPTION_VALUE.fullmatch(value):
+                yield (f"{where}.{key}[{index}]", "a plain value (letters, digits, ._:=/-)")
 
 
 def duplicate_ids(files: list[tuple[str, list[str]]]) -> list[tuple[str, Found]]:

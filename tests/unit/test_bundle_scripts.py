@@ -179,6 +179,15 @@ def test_the_opt_out_loads_an_unsigned_bundle_and_every_line_says_so(site):
     assert _calls(log) == []
 
 
+@pytest.mark.parametrize("name", ["STACKPIN_INSECURE_UNSIGNED", "STACKPIN_ALLOW_HOST_ACCESS"])
+def test_an_opt_in_variable_that_is_not_1_is_refused_not_taken(site, name):
+    out, _public, env, log = site
+    done = _run(out, "load.sh", env={**env, name: "false"})
+    assert done.returncode != 0
+    assert f"{name}='false': set it to 1 to opt in, or unset it" in done.stderr
+    assert _calls(log) == []
+
+
 def test_a_host_without_an_ed25519_verifier_refuses(site, tmp_path):
     out, _public, env, log = site
     fake = tmp_path / "fake-openssl"

@@ -15,7 +15,7 @@ from test_matrix import MINIMAL, problems_of
 
 from stackpin.checks import check_cell
 from stackpin.cli.main import cli
-from stackpin.errors import ConfigurationError
+from stackpin.errors import BundleError, ConfigurationError
 from stackpin.matrix import decode_matrix, load_cells, parse_toml
 from stackpin.matrix_safety import SENSITIVE_HOST_PATHS, sensitive_host_path
 
@@ -141,3 +141,33 @@ def test_unreadable_matrix_files_are_one_line(tmp_path, kind):
     assert len(done.output.strip().splitlines()) == 1, done.output
     with pytest.raises(ConfigurationError):
         load_cells([path])
+
+
+@pytest.mark.parametrize(("setting", "ok"), [
+    ('shm_size = "32g"', True), ('shm_size = "32g --privileged"', False),
+    ('gpus = "all"', True), ('gpus = "all --privileged"', False),
+    ('ipc = "host"', True), ('ipc = "container:x"', False),
+    ('group_add = ["video"]', True), ('group_add = ["video;id"]', False),
+    ('cap_add = ["SYS_PTRACE"]', True), ('security_opt = ["seccomp=unconfined"]', True),
+    ('security_opt = ["x y"]', False), ('devices = ["/dev/kfd"]', True),
+    ('devices = ["/dev/../etc/shadow"]', False),
+])
+def test_run_flags_are_plain_values(setting, ok):
+    found = problems_of(_with(f"[cells.c1.run]\n{setting}\n"))
+    assert (found == []) == ok, found
+
+
+def test_an_opt_in_variable_opts_in_only_with_1(tmp_path, monkeypatch):
+    from stackpin.bundle import trust
+
+    for value, insecure in (("1", True), ("0", False), ("", False)):
+        monkeypatch.setenv(trust.INSECURE_ENV, value)
+        if insecure:
+            assert trust.resolve(None).insecure
+        else:
+            with pytest.raises(BundleError, match="no trusted key"):
+                trust.resolve(None)
+    for value in ("false", "no", "yes", "true "):
+        monkeypatch.setenv(trust.INSECURE_ENV, value)
+        with pytest.raises(BundleError, match="set it to 1"):
+            trust.resolve(None)

@@ -58,7 +58,12 @@ def resolve(pubkey: Path | None, *, insecure_unsigned: bool = False,
             site_file: Path | None = None) -> Trust:
     """The key in the order of precedence above, or the explicit opt-out, or an error."""
     env = os.environ if environ is None else environ
-    if insecure_unsigned or env.get(INSECURE_ENV, "") not in ("", "0"):
+    flag = env.get(INSECURE_ENV, "")
+    if flag not in ("", "0", "1"):
+        msg = (f"{INSECURE_ENV}={shown(flag, limit=20)!r}: set it to 1 to skip the signature "
+               "check, or unset it")
+        raise BundleError(msg)
+    if insecure_unsigned or flag == "1":
         return insecure()
     if pubkey is not None:
         return trusted_key(pubkey, "--pubkey")
