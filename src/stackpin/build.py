@@ -15,23 +15,25 @@ Order of a build, each step able to stop it with a one-line error:
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from stackpin import __version__
 from stackpin.cache import cache_dir
 from stackpin.checks import check_cell
-from stackpin.context import stage_context
+from stackpin.context import context_digest, stage_context
 from stackpin.engine import BuildRequest, BuildResult, Engine, RunRequest
 from stackpin.errors import HostEnvironmentError, ValidationError
-from stackpin.lock import Lock, atomic_write
+from stackpin.lock import Lock, write_text_atomic
 from stackpin.matrix import Cell, Variant, pinned_wheels
 from stackpin.normalize import NormalizeRequest, normalize_image
 from stackpin.render import Rendered, RenderRequest, layer_groups, render
-from stackpin.target import Layout, Target
+from stackpin.target import LABEL_CONTEXT_DIGEST, LABEL_DOCKERFILE_SHA256, Layout, Target
 from stackpin.wheelhouse import require_complete
 
 LineSink = Callable[[str], None]
@@ -96,11 +98,16 @@ def plan(target: Target, *, no_cache: bool, provenance: dict[str, str]) -> Build
             templates_dir=target.layout.templates, stackpin_version=__version__,
         )
     )
+    made = {
+        LABEL_DOCKERFILE_SHA256: sha256_text(rendered.dockerfile),
+        LABEL_CONTEXT_DIGEST: context_digest(rendered, target.layout.root / "verify", lock.digest),
+    }
     request = BuildRequest(
         context_dir=target.context_dir,
         tags=target.tags,
-        # Build-time labels hold what the pure render cannot know (the source commit).
-        labels=provenance,
+        # Build-time labels hold what the pure render cannot know (the source commit) and
+        # what the build was made from, so its record can be matched to the image.
+        labels={**provenance, **made},
         network_mode="none",
         nocache=no_cache,
         # Context files get this mtime and normalised modes: checkout time and umask
@@ -138,9 +145,19 @@ class BuildRecord:
     # normalisation took; equal IDs and 0 s with --no-normalize.
     raw_image_id: str = ""
     normalize_seconds: float = 0.0
+    # What the build was made from: the Dockerfile (its text is kept beside the record),
+    # the context and the base; bundles and provenance read these, never re-render.
+    dockerfile_sha256: str = ""
+    context_digest: str = ""
+    base_reference: str = ""
+    base_id: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def measure_env_size(engine: Engine, image: str) -> int:
@@ -187,10 +204,61 @@ def execute(
         cached_steps=result.cached_steps, image_size=image.size, base_size=base.size,
         env_size=measure_env_size(engine, image_id), log_path=str(result.log_path),
         raw_image_id=result.image_id, normalize_seconds=normalize_seconds,
+        dockerfile_sha256=plan_.request.labels[LABEL_DOCKERFILE_SHA256],
+        context_digest=plan_.request.labels[LABEL_CONTEXT_DIGEST],
+        base_reference=plan_.rendered.base_reference, base_id=base.id,
     )
-    with atomic_write(plan_.target.record_path) as tmp:
-        tmp.write_text(json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
+    write_record(plan_.target, record, plan_.rendered.dockerfile)
     return record
+
+
+def write_record(target: Target, record: BuildRecord, dockerfile: str) -> None:
+    """The record and the Dockerfile that built the image; the Dockerfile first, so a
+    record never names a Dockerfile that is not there."""
+    write_text_atomic(target.layout.dockerfile_record_path(target.cell.id, target.variant),
+                      dockerfile)
+    write_text_atomic(target.record_path,
+                      json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
+
+
+def load_record(target: Target) -> BuildRecord | None:
+    """The build record of ``target``, or None when it was never built here."""
+    data = read_record(target.layout.root, target.cell.id, target.variant)
+    if data is None:
+        return None
+    known = {f.name for f in dataclasses.fields(BuildRecord)}
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
+    try:
+        return BuildRecord(**fields)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
+def built_dockerfile(target: Target, *, image_id: str, labels: Mapping[str, str]) -> tuple[
+        BuildRecord, str]:
+    """The record and Dockerfile that made ``image_id``, or ValidationError in one line.
+
+    The record must exist, name this image and lock, and its Dockerfile must hash to what
+    the record and the image's label say: otherwise the files would describe a build
+    that did not make the image.
+    """
+    rebuild = f"rebuild it with `stackpin build {target.cell.id} --variant {target.variant}`"
+    record = load_record(target)
+    if record is None or not record.dockerfile_sha256:
+        msg = f"{target.name}: no build record with its Dockerfile in {target.record_path}; "
+        raise ValidationError(msg + rebuild)
+    if record.image_id != image_id or record.lock_digest != target.lock.digest:
+        msg = (f"{target.name}: the build record names image {record.image_id[:19]} (lock "
+               f"{record.lock_digest[:12]}), not {image_id[:19]} (lock "
+               f"{target.lock.digest[:12]}); ")
+        raise ValidationError(msg + rebuild)
+    path = target.layout.dockerfile_record_path(target.cell.id, target.variant)
+    dockerfile = path.read_text(encoding="utf-8") if path.is_file() else ""
+    found = sha256_text(dockerfile)
+    if found != record.dockerfile_sha256 or labels.get(LABEL_DOCKERFILE_SHA256) != found:
+        msg = f"{target.name}: {path} is not the Dockerfile that built {image_id[:19]}; "
+        raise ValidationError(msg + rebuild)
+    return record, dockerfile
 
 
 def read_record(root: Path, cell_id: str, variant: str) -> dict[str, object] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -20,6 +21,19 @@ def write_rendered(rendered: Rendered, folder: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         path.chmod(0o755 if rel in EXECUTABLE else 0o644)
+
+
+def context_digest(rendered: Rendered, verify_dir: Path, lock_digest: str) -> str:
+    """sha256 naming the whole build context: every rendered file, every verify/ file, and
+    the lock digest (which pins each wheel's sha256, so wheels are not re-read)."""
+    digest = hashlib.sha256(f"lock {lock_digest}\n".encode())
+    files = {rel: text.encode() for rel, text in rendered.files.items()}
+    for path in sorted(verify_dir.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            files[f"verify/{path.relative_to(verify_dir).as_posix()}"] = path.read_bytes()
+    for rel in sorted(files):
+        digest.update(f"{rel} {hashlib.sha256(files[rel]).hexdigest()}\n".encode())
+    return digest.hexdigest()
 
 
 def stage_context(

@@ -33,6 +33,9 @@ LABEL_SOURCE_DATE_EPOCH = f"{LABEL_PREFIX}.source-date-epoch"
 LABEL_VERSION = f"{LABEL_PREFIX}.version"
 LABEL_SOURCE_COMMIT = f"{LABEL_PREFIX}.source-commit"
 LABEL_BOOTSTRAP_DIGEST = f"{LABEL_PREFIX}.bootstrap-digest"
+# What the build made, so a bundle can tell the record belongs to the image.
+LABEL_DOCKERFILE_SHA256 = f"{LABEL_PREFIX}.dockerfile-sha256"
+LABEL_CONTEXT_DIGEST = f"{LABEL_PREFIX}.context-digest"
 
 
 def image_tags(cell_id: str, variant: str, lock_digest: str) -> tuple[str, ...]:
@@ -81,8 +84,16 @@ class Layout:
     def record_path(self, cell_id: str, variant: str) -> Path:
         return self.build / "records" / f"{cell_id}-{variant}.json"
 
+    def dockerfile_record_path(self, cell_id: str, variant: str) -> Path:
+        """The Dockerfile a build used, kept beside its record (bundles ship this one)."""
+        return self.build / "records" / f"{cell_id}-{variant}.Dockerfile"
+
     def report_dir(self, cell_id: str, variant: str) -> Path:
         return self.reports / f"{cell_id}-{variant}"
+
+    def verified_path(self, cell_id: str, variant: str) -> Path:
+        """Which image the reports in report_dir are about (written by `stackpin verify`)."""
+        return self.report_dir(cell_id, variant) / "verified.json"
 
 
 @dataclass(frozen=True, kw_only=True)

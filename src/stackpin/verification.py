@@ -7,10 +7,13 @@ for the reports, a time limit) and reads what it wrote.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from stackpin.engine import BindMount, RunRequest, with_run_flags
+from stackpin.lock import write_text_atomic
 from stackpin.matrix import Cell
+from stackpin.target import Target
 
 IN_CONTAINER_REPORTS = "/stackpin-reports"
 
@@ -33,3 +36,24 @@ def verify_request(
         environment={"PYTHONUNBUFFERED": "1"},
     )
     return with_run_flags(request, cell.run)
+
+
+def write_verified(target: Target, image_id: str) -> None:
+    """Name the image the reports in target.report_dir are about; bundles select by it."""
+    data = {"cell": target.cell.id, "variant": target.variant,
+            "lock_digest": target.lock.digest, "image_id": image_id}
+    write_text_atomic(target.layout.verified_path(target.cell.id, target.variant),
+                      json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def verified_image(target: Target) -> str | None:
+    """The image ID the target's reports were made in, when they match its lock."""
+    path = target.layout.verified_path(target.cell.id, target.variant)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("lock_digest") != target.lock.digest:
+        return None
+    image_id = data.get("image_id")
+    return image_id if isinstance(image_id, str) else None

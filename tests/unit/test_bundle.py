@@ -21,6 +21,7 @@ from test_bundle_fakes import (
     engine_with_cpu,
     export_cpu,
     project,
+    record_cpu_build,
     site_trusting,
 )
 from tests.fake_engine import FakeEngine
@@ -54,7 +55,8 @@ def test_export_writes_the_layout_and_a_manifest_covering_every_file(tmp_path, s
         "bin/bundle.conf", "bin/profiles/stable.conf", "bin/lib.sh", "bin/load.sh",
         "bin/preflight.sh", "bin/start.sh", "bin/stop.sh", "bin/verify.sh",
         f"dockerfiles/{CPU_CELL}-stable.Dockerfile", f"locks/{CPU_CELL}.lock",
-        f"locks/{CPU_CELL}.cell.json", f"sbom/{CPU_CELL}-stable.cdx.json", "reports/cpu.json",
+        f"locks/{CPU_CELL}.cell.json", f"sbom/{CPU_CELL}-stable.cdx.json", f"reports/{CPU_CELL}-stable/report.json",
+        f"reports/{CPU_CELL}-stable/verified.json",
         f"provenance/{CPU_CELL}.intoto.json", "licenses/unsloth-studio/LICENSE.AGPL-3.0",
         "models/README.md",
     ])
@@ -107,12 +109,19 @@ def test_a_provenance_statement_per_cell_is_covered_by_the_signature(tmp_path, s
     assert f"provenance/{CPU_CELL}.intoto.json" in {f["path"] for f in manifest["files"]}
 
 
-def test_export_refuses_when_the_base_cannot_be_named(tmp_path, shipped_cells):
+def test_provenance_names_the_recorded_base_even_when_the_daemon_lost_it(tmp_path,
+                                                                        shipped_cells):
+    # The base ID comes from the build record, not from a lookup at export time.
     engine = engine_with_cpu(shipped_cells)
     selection = cpu_selection(shipped_cells)
+    base = engine.image_info(base_reference(selection.cell))
+    assert base is not None
+    record_cpu_build(project(tmp_path), engine, selection)
     engine.remove_image(base_reference(selection.cell))
-    with pytest.raises(BundleError, match="load or rebuild the base"):
-        export_cpu(tmp_path, shipped_cells, engine=engine)
+    result, _ = export_cpu(tmp_path, shipped_cells, engine=engine)
+    statement = json.loads((result.out_dir / f"provenance/{CPU_CELL}.intoto.json").read_bytes())
+    deps = statement["predicate"]["buildDefinition"]["resolvedDependencies"]
+    assert deps[0]["digest"] == {"sha256": base.id.removeprefix("sha256:")}
 
 
 def test_the_sbom_is_read_from_the_image_by_a_container_run(tmp_path, shipped_cells):
@@ -245,7 +254,7 @@ def test_export_refuses_secrets_in_the_image_config(tmp_path, shipped_cells, env
 def test_export_refuses_secrets_in_bundle_files_and_leaves_nothing(tmp_path, shipped_cells,
                                                                   content):
     project(tmp_path, report=content)
-    with pytest.raises(BundleError, match=r"reports/cpu\.json holds"):
+    with pytest.raises(BundleError, match=rf"reports/{CPU_CELL}-stable/report\.json holds"):
         export_cpu(tmp_path, shipped_cells)
     assert list((tmp_path / "out").iterdir()) == []
 

@@ -12,16 +12,20 @@ from pathlib import Path
 from tests.fake_engine import FakeEngine
 
 from stackpin import signing
+from stackpin.build import BuildRecord, sha256_text, write_record
 from stackpin.bundle import export as exporting
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import trust
 from stackpin.lock import read_lock
 from stackpin.matrix import Cell
-from stackpin.render import base_reference, image_tags
+from stackpin.render import RenderRequest, base_reference, image_tags, render
+from stackpin.target import LABEL_DOCKERFILE_SHA256, Layout, Target
+from stackpin.verification import write_verified
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_CELL = "cpu-bookworm-torch2130-py311"
 EPOCH = 1735689600
+REPORT_DIR = f"{CPU_CELL}-stable"
 STUDIO_NOTICE = "GNU AFFERO GENERAL PUBLIC LICENSE\nVersion 3, 19 November 2007\n"
 
 PROBE_OUTPUT = json.dumps({
@@ -54,6 +58,13 @@ def image_config(cell: Cell, variant: str, lock_digest: str, *, env: tuple[str, 
     }
 
 
+def cpu_dockerfile(selection: bundle_format.Selection) -> str:
+    """The Dockerfile the fake CPU image was 'built' from (today's templates)."""
+    return render(RenderRequest(cell=selection.cell, variant=selection.variant,
+                                lock=selection.lock, templates_dir=ROOT / "templates",
+                                stackpin_version="0.1.0")).dockerfile
+
+
 def add_image(engine: FakeEngine, cell: Cell, variant: str, lock_digest: str,
               **options: object) -> str:
     """A built image of ``cell`` in ``engine``, under the tags stackpin gives it."""
@@ -69,9 +80,33 @@ def project(tmp_path: Path, *, report: bytes | None = b'{"summary": "ok"}\n') ->
     (root / "templates").symlink_to(ROOT / "templates")
     (root / "bundle").symlink_to(ROOT / "bundle")
     if report is not None:
-        (root / "build" / "reports").mkdir(parents=True)
-        (root / "build" / "reports" / "cpu.json").write_bytes(report)
+        (root / "build" / "reports" / REPORT_DIR).mkdir(parents=True)
+        (root / "build" / "reports" / REPORT_DIR / "report.json").write_bytes(report)
     return root
+
+
+def record_cpu_build(root: Path, engine: FakeEngine, selection: bundle_format.Selection,
+                     *, dockerfile: str | None = None) -> str:
+    """What `stackpin build` and `stackpin verify` leave in ``root`` for the fake image:
+    the build record with its Dockerfile, and the reports' image ID."""
+    target = Target(cell=selection.cell, variant=selection.variant, lock=selection.lock,
+                    layout=Layout(root))
+    info = engine.image_info(target.tags[0])
+    if info is None:  # nothing was built: nothing recorded
+        return ""
+    text = cpu_dockerfile(selection) if dockerfile is None else dockerfile
+    record = BuildRecord(
+        cell=selection.cell.id, variant=selection.variant, image_id=info.id, tags=target.tags,
+        lock_digest=selection.lock.digest, seconds=1.0, steps=1, cached_steps=0,
+        image_size=info.size, base_size=0, env_size=0, log_path="build.log",
+        dockerfile_sha256=sha256_text(text), context_digest="c" * 64,
+        base_reference=base_reference(selection.cell),
+        base_id=base.id if (base := engine.image_info(base_reference(selection.cell))) else "",
+    )
+    write_record(target, record, text)
+    if target.report_dir.is_dir():
+        write_verified(target, info.id)
+    return info.id
 
 
 def cpu_selection(cells: dict[str, Cell]) -> bundle_format.Selection:
@@ -86,7 +121,10 @@ def engine_with_cpu(cells: dict[str, Cell], **image_options: object) -> FakeEngi
     engine = FakeEngine(run_stdout=PROBE_OUTPUT + "\n")
     engine.add({"created": "2025-01-01T00:00:00Z"}, [b"base rootfs"],
                tags=(base_reference(selection.cell),))
-    add_image(engine, selection.cell, "stable", selection.lock.digest, **image_options)
+    labels = {LABEL_DOCKERFILE_SHA256: sha256_text(cpu_dockerfile(selection)),
+              **image_options.pop("labels", {})}  # type: ignore[dict-item]
+    add_image(engine, selection.cell, "stable", selection.lock.digest, labels=labels,
+              **image_options)
     return engine
 
 
@@ -98,11 +136,15 @@ def export_cpu(tmp_path: Path, cells: dict[str, Cell], *, name: str = "bundle",
         signing.generate(keys)
     public = keys / "stackpin.pub" if sign else None
     root = tmp_path / "project" if (tmp_path / "project").exists() else project(tmp_path)
+    engine = engine or engine_with_cpu(cells)
+    selection = cpu_selection(cells)
+    if not Layout(root).record_path(CPU_CELL, "stable").exists():
+        record_cpu_build(root, engine, selection)
     request = bundle_format.ExportRequest(
-        selections=(cpu_selection(cells),), out_dir=tmp_path / "out" / name, root=root,
+        selections=(selection,), out_dir=tmp_path / "out" / name, root=root,
         sign_key=keys / "stackpin.key" if sign else None, **options,  # type: ignore[arg-type]
     )
-    return exporting.export(engine or engine_with_cpu(cells), request), public
+    return exporting.export(engine, request), public
 
 
 def site_trusting(public: Path | None) -> trust.Trust:

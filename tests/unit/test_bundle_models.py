@@ -135,7 +135,7 @@ def test_a_state_folder_beside_the_project_stays_out_of_every_bundle(tmp_path, s
     assert MARKER.encode() not in result.archive.read_bytes()
 
 
-@pytest.mark.parametrize("where", ["models/tiny/.studio", "build/reports/run"])
+@pytest.mark.parametrize("where", ["models/tiny/.studio", f"build/reports/{CPU_CELL}-stable/run"])
 def test_state_inside_a_folder_the_bundle_copies_is_refused(tmp_path, shipped_cells, where):
     # A state folder put where export copies from (the models, the build reports) must stop
     # the export, not travel: one line, exit 7 at the CLI, nothing at the target.

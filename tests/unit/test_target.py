@@ -138,3 +138,21 @@ def test_image_tags_digest_first_then_moving():
     assert image_tags("c", "stable", "sha256:" + "cd" * 32)[0] == "stackpin/c:stable-" + "cd" * 6
     # Unlocked (a CI matrix before the first fetch): only the moving tag.
     assert image_tags("c", "enhanced", "") == ("stackpin/c:enhanced",)
+
+
+def test_the_build_labels_the_dockerfile_and_context_it_was_made_from(project: Path):
+    import hashlib
+
+    from stackpin.build import plan
+
+    (target,) = resolve(Layout(project), CPU_CELL, "stable")
+    shutil.copytree(ROOT / "verify", project / "verify")
+    first = plan(target, no_cache=False, provenance={})
+    labels = first.request.labels
+    assert labels["io.stackpin.dockerfile-sha256"] == hashlib.sha256(
+        first.rendered.dockerfile.encode()).hexdigest()
+    # Any context file counts: an edit in verify/ moves the context digest, not the Dockerfile's.
+    (project / "verify" / "extra.txt").write_text("x")
+    second = plan(target, no_cache=False, provenance={}).request.labels
+    assert second["io.stackpin.dockerfile-sha256"] == labels["io.stackpin.dockerfile-sha256"]
+    assert second["io.stackpin.context-digest"] != labels["io.stackpin.context-digest"]

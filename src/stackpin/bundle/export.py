@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 
 from stackpin import __version__, provenance, sbom, signing
+from stackpin.build import BuildRecord, built_dockerfile
 from stackpin.bundle import models, source
 from stackpin.bundle.format import (
     EXECUTABLE,
@@ -46,8 +47,15 @@ from stackpin.bundle.stream import write_images
 from stackpin.engine import Engine
 from stackpin.errors import BundleError, ValidationError
 from stackpin.lock import Lock, atomic_write
-from stackpin.matrix import Cell, cell_to_dict
-from stackpin.render import RenderRequest, base_reference, image_tags, render
+from stackpin.matrix import cell_to_dict
+from stackpin.target import (
+    LABEL_LOCK_DIGEST,
+    LABEL_SOURCE_COMMIT,
+    LABEL_VERSION,
+    Layout,
+    Target,
+)
+from stackpin.verification import verified_image
 from stackpin.wheelhouse import sha256_file
 
 
@@ -129,13 +137,20 @@ def render_readme(template_dir: Path, manifest_like: Mapping[str, Any]) -> str:
 # --- export -----------------------------------------------------------------------------
 
 
-def resolve_images(engine: Engine, selections: Sequence[Selection]) -> list[BundleImage]:
-    """The built image of every selection, checked against its lock; secrets refused."""
-    profiles = assign_profiles([(s.cell.id, s.variant) for s in selections])
+def target_of(request: ExportRequest, selection: Selection) -> Target:
+    return Target(cell=selection.cell, variant=selection.variant, lock=selection.lock,
+                  layout=Layout(request.root))
+
+
+def resolve_images(engine: Engine, request: ExportRequest) -> list[BundleImage]:
+    """The built image of every selection, checked against its lock and its build record
+    (which must have made this very image); secrets refused."""
+    profiles = assign_profiles([(s.cell.id, s.variant) for s in request.selections])
     images = []
-    for selection, (profile, port) in zip(selections, profiles, strict=True):
+    for selection, (profile, port) in zip(request.selections, profiles, strict=True):
         cell, variant, lock = selection.cell, selection.variant, selection.lock
-        tags = image_tags(cell, variant, lock.digest)
+        target = target_of(request, selection)
+        tags = target.tags
         info = engine.image_info(tags[0])
         if info is None:
             msg = (
@@ -144,12 +159,16 @@ def resolve_images(engine: Engine, selections: Sequence[Selection]) -> list[Bund
                 f"--variant {variant}`"
             )
             raise BundleError(msg)
-        if info.labels.get("io.stackpin.lock-digest") != lock.digest:
+        if info.labels.get(LABEL_LOCK_DIGEST) != lock.digest:
             msg = (
-                f"{tags[0]} carries lock digest {info.labels.get('io.stackpin.lock-digest')!r}, "
+                f"{tags[0]} carries lock digest {info.labels.get(LABEL_LOCK_DIGEST)!r}, "
                 f"not {lock.digest}: rebuild it with `stackpin build {cell.id}`"
             )
             raise BundleError(msg)
+        try:
+            built_dockerfile(target, image_id=info.id, labels=info.labels)
+        except ValidationError as exc:
+            raise BundleError(exc.message) from None
         scan_image_config(info, name=tags[0])
         images.append(BundleImage(
             cell=cell.id, variant=variant, profile=profile, port=port,
@@ -214,10 +233,10 @@ def write_static_files(request: ExportRequest, staging: Path, images: Sequence[B
     _put(staging, "bin/bundle.conf", bundle_conf(images, stream).encode())
     for image in images:
         _put(staging, f"bin/profiles/{image.profile}.conf", profile_conf(image).encode())
-    for selection in request.selections:
+    for selection, image in zip(request.selections, images, strict=True):
         cell, variant, lock = selection.cell, selection.variant, selection.lock
         _put(staging, f"dockerfiles/{cell.id}-{variant}.Dockerfile",
-             _dockerfile(request, selection).encode())
+             _dockerfile(request, selection, image).encode())
         _put(staging, f"locks/{cell.id}.lock", lock.text().encode())
         _put(staging, f"locks/{cell.id}.cell.json",
              (json.dumps(cell_to_dict(cell), indent=2, sort_keys=True) + "\n").encode())
@@ -226,11 +245,14 @@ def write_static_files(request: ExportRequest, staging: Path, images: Sequence[B
     _put(staging, f"{models.FOLDER}/README.md", models.README.encode())
     if request.with_models:
         write_models(request, staging)
-    reports = request.root / "build" / "reports"
-    if reports.is_dir():
-        for source in sorted(reports.rglob("*")):
-            if source.is_file() and not source.is_symlink():
-                _copy(staging, f"reports/{source.relative_to(reports).as_posix()}", source)
+    for selection, image in zip(request.selections, images, strict=True):
+        target = target_of(request, selection)
+        if verified_image(target) != image.id:
+            continue  # no report, or one about another build: it says nothing of this image
+        for found in sorted(target.report_dir.rglob("*")):
+            if found.is_file() and not found.is_symlink():
+                rel = found.relative_to(target.layout.reports).as_posix()
+                _copy(staging, f"reports/{rel}", found)
 
 
 def write_models(request: ExportRequest, staging: Path) -> None:
@@ -289,25 +311,19 @@ def write_sboms(engine: Engine, staging: Path, images: Sequence[BundleImage],
             _put(staging, notice.bundle_path, notice.text.encode())
 
 
-def _dockerfile(request: ExportRequest, selection: Selection) -> str:
-    return render(RenderRequest(
-        cell=selection.cell, variant=selection.variant, lock=selection.lock,
-        templates_dir=request.root / "templates", stackpin_version=__version__,
-    )).dockerfile
+def _built(request: ExportRequest, selection: Selection, image: BundleImage) -> tuple[
+        BuildRecord, str]:
+    """The build record and the Dockerfile that made the image (checked in resolve_images)."""
+    try:
+        return built_dockerfile(target_of(request, selection), image_id=image.id,
+                                labels=image.labels)
+    except ValidationError as exc:
+        raise BundleError(exc.message) from None
 
 
-def _base_image_id(engine: Engine, cell: Cell, labels: Mapping[str, str]) -> str:
-    info = engine.image_info(base_reference(cell))
-    if info is not None:
-        return info.id
-    pinned = labels.get("org.opencontainers.image.base.digest", "")
-    if pinned:
-        return pinned
-    msg = (
-        f"base {base_reference(cell)} of {cell.id} is not on this daemon and the image does "
-        "not record its digest: load or rebuild the base so the provenance can name it"
-    )
-    raise BundleError(msg)
+def _dockerfile(request: ExportRequest, selection: Selection, image: BundleImage) -> str:
+    # The Dockerfile that built the image, never a render from today's templates.
+    return _built(request, selection, image)[1]
 
 
 def write_provenance(engine: Engine, request: ExportRequest, staging: Path,
@@ -321,13 +337,14 @@ def write_provenance(engine: Engine, request: ExportRequest, staging: Path,
                  if s.cell.id == cell_id]
         first_selection, first_image = pairs[0]
         labels = first_image.labels
+        record, _ = _built(request, first_selection, first_image)
         inputs = provenance.ProvenanceInputs(
             lock=first_selection.lock,
-            base_reference=base_reference(first_selection.cell),
-            base_image_id=_base_image_id(engine, first_selection.cell, labels),
-            dockerfiles={s.variant: _dockerfile(request, s) for s, _ in pairs},
-            stackpin_version=labels.get("io.stackpin.version", __version__),
-            source_commit=labels.get("io.stackpin.source-commit", "unknown"),
+            base_reference=record.base_reference,
+            base_image_id=record.base_id,
+            dockerfiles={s.variant: _dockerfile(request, s, i) for s, i in pairs},
+            stackpin_version=labels.get(LABEL_VERSION, __version__),
+            source_commit=labels.get(LABEL_SOURCE_COMMIT, "unknown"),
         )
         subjects = [provenance.ImageSubject(name=i.tags[0], image_id=i.id) for _, i in pairs]
         try:
@@ -382,7 +399,7 @@ def export(engine: Engine, request: ExportRequest, *,
             raise BundleError(msg)
     key = signing.load_private(request.sign_key) if request.sign_key else None
     signed_by = signing.fingerprint(key.public_key()) if key else None
-    images = resolve_images(engine, request.selections)
+    images = resolve_images(engine, request)
     staging = staging_dir(out_dir)
     try:
         names = sorted({t for i in images for t in i.tags})

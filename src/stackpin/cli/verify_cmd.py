@@ -19,7 +19,7 @@ from stackpin.engine.docker_api import DockerEngine
 from stackpin.errors import HostEnvironmentError, VerificationError
 from stackpin.reports import diff_reports, is_regression, read_report
 from stackpin.target import resolve
-from stackpin.verification import verify_request
+from stackpin.verification import verify_request, write_verified
 
 SUITE_TIMEOUT_S = 1800
 
@@ -65,7 +65,8 @@ def run(cell_id: str, variant: str, levels: str, dtype: str, as_json: bool) -> N
     with DockerEngine.connect() as engine:
         for target in targets:
             name, image = target.variant, target.tags[0]
-            if engine.image_info(image) is None:
+            info = engine.image_info(image)
+            if info is None:
                 msg = f"image {image} is not built: run 'stackpin build {cell.id} --variant {name}'"
                 raise HostEnvironmentError(msg)
             out_dir = target.report_dir
@@ -80,6 +81,7 @@ def run(cell_id: str, variant: str, levels: str, dtype: str, as_json: bool) -> N
                        f"{result.logs.strip().splitlines()[-1:] or ['no output']}")
                 raise VerificationError(msg)
             report = read_report(out_dir / "report.json")
+            write_verified(target, info.id)
             summaries.append({"cell": cell.id, "variant": name, "image": image,
                               "report": str(out_dir / "report.json"),
                               "summary": report["summary"]})
