@@ -14,12 +14,15 @@ from test_bundle_fakes import (
     ROOT,
     FakeEngine,
     add_image,
+    cpu_dockerfile,
     cpu_selection,
     engine_with_cpu,
     export_cpu,
     project,
+    record_cpu_build,
 )
 
+from stackpin.build import sha256_text
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import source
 from stackpin.bundle import verify as verifying
@@ -27,6 +30,7 @@ from stackpin.cli.build_cmd import source_commit
 from stackpin.errors import BundleError, HostEnvironmentError
 from stackpin.lock import LockedWheel
 from stackpin.render import base_reference
+from stackpin.target import LABEL_DOCKERFILE_SHA256
 
 COMMIT = "ab" * 20
 
@@ -57,7 +61,9 @@ def _export(tmp_path: Path, shipped_cells, *, commits: tuple[str, ...] = (COMMIT
     engine.add({"created": "2025-01-01T00:00:00Z"}, [b"base rootfs"],
                tags=(base_reference(selection.cell),))
     add_image(engine, selection.cell, "stable", selection.lock.digest,
-              labels={"io.stackpin.source-commit": commits[0]})
+              labels={"io.stackpin.source-commit": commits[0],
+                      LABEL_DOCKERFILE_SHA256: sha256_text(cpu_dockerfile(selection))})
+    record_cpu_build(root, engine, selection)
     request = bundle_format.ExportRequest(
         selections=(selection,), out_dir=tmp_path / "out" / "bundle", root=root,
         with_wheels=True)
