@@ -36,12 +36,16 @@ def test_a_with_wheels_bundle_rebuilds_the_same_image_offline_without_a_checkout
         cpu_image, docker_engine: Engine, tmp_path_factory):
     work = tmp_path_factory.mktemp("offline-site")
     site = work / "bundle"
+    keys = work / "keys"
+    done = _stackpin("keys", "generate", "-o", str(keys), cwd=work)
+    assert done.returncode == 0, done.stderr
     done = _stackpin("bundle", "export", CPU_CELL, "-o", str(site), "--with-wheels", "--json",
-                     cwd=ROOT)
+                     "--sign-key", str(keys / "stackpin.key"), cwd=ROOT)
     assert done.returncode == 0, done.stderr
     (image,) = json.loads((site / "manifest.json").read_bytes())["images"]
     assert image["id"] == cpu_image["image_id"]
-    done = _stackpin("bundle", "verify", str(site), cwd=work)
+    done = _stackpin("bundle", "verify", str(site), "--pubkey", str(keys / "stackpin.pub"),
+                     cwd=work)
     assert done.returncode == 0, done.stderr
     # No checkout: not a git work tree, and the bundle folder is the only project root.
     no_git = {"GIT_CEILING_DIRECTORIES": str(work)}

@@ -20,8 +20,10 @@ from test_bundle_fakes import (
     export_cpu,
     project,
     record_cpu_build,
+    site_trusting,
 )
 
+from stackpin import signing
 from stackpin.build import sha256_text
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import source
@@ -64,9 +66,10 @@ def _export(tmp_path: Path, shipped_cells, *, commits: tuple[str, ...] = (COMMIT
               labels={"io.stackpin.source-commit": commits[0],
                       LABEL_DOCKERFILE_SHA256: sha256_text(cpu_dockerfile(selection))})
     record_cpu_build(root, engine, selection)
+    signing.generate(tmp_path / "keys")
     request = bundle_format.ExportRequest(
         selections=(selection,), out_dir=tmp_path / "out" / "bundle", root=root,
-        with_wheels=True)
+        with_wheels=True, sign_key=tmp_path / "keys" / "stackpin.key")
     from stackpin.bundle import export as exporting
     return exporting.export(engine, request), engine, selection
 
@@ -93,7 +96,8 @@ def test_a_with_wheels_bundle_is_a_project_that_names_its_commit(tmp_path, shipp
     assert source_commit(out) == COMMIT  # what a build in this folder labels its image
     listed = {f["path"] for f in json.loads((out / "manifest.json").read_bytes())["files"]}
     assert files - {"manifest.json", "manifest.sig"} == listed
-    assert verifying.verify(out).files == len(listed)
+    site = site_trusting(tmp_path / "keys" / "stackpin.pub")
+    assert verifying.verify(out, site=site).files == len(listed)
 
 
 def test_the_bundled_base_loads_as_the_same_image_on_an_empty_daemon(tmp_path, shipped_cells):
