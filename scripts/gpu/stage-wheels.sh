@@ -7,7 +7,7 @@
 # One version of each; the host already has torch 2.11.0+cu130, triton 3.6.0,
 # transformers 5.17.0, peft 0.21.0, accelerate, numpy, pandas, pyarrow, ... (KINDS.md).
 set -euo pipefail
-FA=${FA_WHEEL:-/work/shared/wheels/flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl}
+FA=${FA_WHEEL:-../shared/wheels/flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl}
 mkdir -p .whl/fa .whl/b1 .whl/b2
 cp "$FA" .whl/fa/
 dl() {
