@@ -15,9 +15,7 @@ pinned ``sha256:``.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -31,6 +29,7 @@ from stackpin.engine import Engine, ImageInfo, digest_matches
 from stackpin.engine.save_format import image_layout
 from stackpin.errors import BuildError, ConfigurationError, HostEnvironmentError, ValidationError
 from stackpin.matrix import Cell
+from stackpin.primitives import canonical_bytes, rfc3339
 from stackpin.target import LABEL_BOOTSTRAP_DIGEST
 from stackpin.wheelhouse import sha256_file
 
@@ -144,7 +143,7 @@ def mmdebstrap_env(req: BootstrapRequest) -> dict[str, str]:
 def request_digest(req: BootstrapRequest) -> str:
     """sha256 (hex) of the exact command and environment: a hook change is a new base."""
     recipe = {"argv": mmdebstrap_argv(req, Path("rootfs.tar")), "env": mmdebstrap_env(req)}
-    return hashlib.sha256(_canonical(recipe)).hexdigest()
+    return hashlib.sha256(canonical_bytes(recipe, ascii_only=True)).hexdigest()
 
 
 def base_reference(req: BootstrapRequest) -> str:
@@ -157,7 +156,7 @@ def rootfs_path(req: BootstrapRequest, cache_dir: Path) -> Path:
 
 def image_config(req: BootstrapRequest, *, diff_id: str) -> bytes:
     """The image config JSON: canonical bytes, so its digest (the image ID) is stable."""
-    created = _rfc3339(req.source_date_epoch)
+    created = rfc3339(req.source_date_epoch)
     config = {
         "architecture": req.architecture,
         "os": "linux",
@@ -170,16 +169,7 @@ def image_config(req: BootstrapRequest, *, diff_id: str) -> bytes:
         "history": [{"created": created, "created_by": _describe(req)}],
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
     }
-    return _canonical(config)
-
-
-def _canonical(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _rfc3339(epoch: int) -> str:
-    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return canonical_bytes(config, ascii_only=True)
 
 
 def _describe(req: BootstrapRequest) -> str:

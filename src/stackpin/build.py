@@ -32,6 +32,7 @@ from stackpin.errors import HostEnvironmentError, ValidationError
 from stackpin.lock import Lock, write_text_atomic
 from stackpin.matrix import Cell, Variant, pinned_wheels
 from stackpin.normalize import NormalizeRequest, normalize_image
+from stackpin.primitives import pretty_json
 from stackpin.render import Rendered, RenderRequest, layer_groups, render
 from stackpin.target import LABEL_CONTEXT_DIGEST, LABEL_DOCKERFILE_SHA256, Layout, Target
 from stackpin.wheelhouse import require_complete
@@ -218,7 +219,7 @@ def write_record(target: Target, record: BuildRecord, dockerfile: str) -> None:
     write_text_atomic(target.layout.dockerfile_record_path(target.cell.id, target.variant),
                       dockerfile)
     write_text_atomic(target.record_path,
-                      json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
+                      pretty_json(record.to_json()))
 
 
 def load_record(target: Target) -> BuildRecord | None:

@@ -27,6 +27,7 @@ from packaging.utils import (
 
 from stackpin.errors import ConfigurationError, ValidationError
 from stackpin.matrix import Cell, PinnedWheel, cell_json
+from stackpin.primitives import pretty_json
 
 LOCK_VERSION = 1
 Group = Literal["vendor", "stack", "attention"]
@@ -83,7 +84,7 @@ class Lock:
         }
 
     def text(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+        return pretty_json(self.to_dict())
 
     @cached_property
     def digest(self) -> str:

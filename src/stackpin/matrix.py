@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import re
 import sys
 import types
@@ -23,6 +22,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from stackpin.errors import ConfigurationError
 from stackpin.matrix_safety import cell_problems, duplicate_ids
+from stackpin.primitives import canonical_json
 from stackpin.untrusted import MAX_DEPTH, depth, read_bounded, shown
 
 if sys.version_info >= (3, 11):
@@ -419,7 +419,7 @@ def cell_to_dict(cell: Cell) -> dict[str, Any]:
 
 def cell_json(cell: Cell) -> str:
     """Canonical JSON of a cell: sorted keys, no spaces, so equal cells give equal bytes."""
-    return json.dumps(cell_to_dict(cell), sort_keys=True, separators=(",", ":"))
+    return canonical_json(cell_to_dict(cell), ascii_only=True)
 
 
 def _plain(value: Any) -> Any:

@@ -36,19 +36,18 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
 from stackpin.engine import Engine, SaveRequest, chunk_stream
 from stackpin.engine.save_format import ImageLayout, image_layout, read_save
 from stackpin.errors import BuildError
+from stackpin.primitives import CHUNK, canonical_bytes, pid_alive, rfc3339
 from stackpin.target import LABEL_SOURCE_DATE_EPOCH
 
 # Bump when the rewrite rules change: cached raw -> normalised mappings then go stale.
 NORMALIZE_VERSION = 1
 SDE_LABEL = LABEL_SOURCE_DATE_EPOCH
-_CHUNK = 1 << 20
 # Config fields that describe the build run, not the image: the intermediate container's
 # ID and config (its hostname is that ID) and the daemon's version.
 VOLATILE_CONFIG_KEYS = ("container", "container_config", "docker_version")
@@ -234,7 +233,7 @@ def normalize_layer(source: IO[bytes], out: IO[bytes], *, source_date_epoch: int
     planned, removed = _plan_layer(members, source, source_date_epoch=source_date_epoch)
     writer = _HashingWriter(out)
     with tarfile.TarFile(
-        fileobj=writer, mode="w", format=tarfile.PAX_FORMAT, copybufsize=_CHUNK
+        fileobj=writer, mode="w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK
     ) as tar:
         for item in planned:
             if item.data_offset is None:
@@ -251,14 +250,6 @@ def normalize_layer(source: IO[bytes], out: IO[bytes], *, source_date_epoch: int
 
 
 # --- the config (pure) ---------------------------------------------------------------
-
-
-def rfc3339(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def canonical_json(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def source_date_epoch_of(config: Mapping[str, Any], image: str) -> int:
@@ -292,7 +283,7 @@ def normalize_config(
     for entry in out.get("history") or []:
         entry["created"] = created
     out["rootfs"] = {"type": "layers", "diff_ids": list(diff_ids)}
-    return canonical_json(out)
+    return canonical_bytes(out)
 
 
 # --- docker save archives ------------------------------------------------------------
@@ -314,7 +305,7 @@ def unpack_save(stream: IO[bytes], folder: Path) -> SavedImage:
     def spool(data: IO[bytes]) -> Path:
         path = folder / f"in-{next(count)}.tar"
         with path.open("wb") as out:
-            shutil.copyfileobj(data, out, _CHUNK)
+            shutil.copyfileobj(data, out, CHUNK)
         return path
 
     contents = read_save(stream, spool)
@@ -427,18 +418,10 @@ def sweep_stale(work_dir: Path) -> None:
     """
     for folder in work_dir.glob("normalize-*-*"):
         pid = folder.name.split("-")[1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _rewrite_layers(
@@ -480,7 +463,7 @@ def _rewrite_one(path: Path, digest: str, epoch: int) -> tuple[LayerOutcome, Pat
 def _cache_file(request: NormalizeRequest, source_id: str) -> Path | None:
     if request.cache_dir is None:
         return None
-    key = canonical_json([NORMALIZE_VERSION, source_id, sorted(request.keep_diff_ids)])
+    key = canonical_bytes([NORMALIZE_VERSION, source_id, sorted(request.keep_diff_ids)])
     return request.cache_dir / "normalize" / f"{hashlib.sha256(key).hexdigest()}.json"
 
 

@@ -12,7 +12,6 @@ covers it.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from urllib.parse import quote
 from stackpin.errors import ValidationError
 from stackpin.lock import Lock
 from stackpin.normalize import NORMALIZE_VERSION
+from stackpin.primitives import canonical_json
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -153,5 +153,4 @@ def provenance_statement(
 
 def statement_bytes(statement: Mapping[str, Any]) -> bytes:
     """Canonical JSON (sorted keys, no spaces, UTF-8, trailing newline) for files and signing."""
-    text = json.dumps(statement, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return (text + "\n").encode()
+    return (canonical_json(statement) + "\n").encode()

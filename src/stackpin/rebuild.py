@@ -23,9 +23,9 @@ from stackpin.engine import Engine, SaveRequest, chunk_stream
 from stackpin.engine.save_format import read_save
 from stackpin.errors import HostEnvironmentError
 from stackpin.normalize import NormalizeRequest, normalize_image
+from stackpin.primitives import CHUNK
 
 Kind = Literal["content", "mtime", "mode", "owner", "only_in_existing", "only_in_rebuilt"]
-_CHUNK = 1 << 20
 _TYPES = {
     tarfile.REGTYPE: "file", tarfile.AREGTYPE: "file", tarfile.DIRTYPE: "dir",
     tarfile.SYMTYPE: "symlink", tarfile.LNKTYPE: "hardlink", tarfile.CHRTYPE: "char",
@@ -59,7 +59,7 @@ def member_summary(info: tarfile.TarInfo, data: IO[bytes] | None) -> MemberSumma
     digest = ""
     if data is not None:
         sha = hashlib.sha256()
-        while chunk := data.read(_CHUNK):
+        while chunk := data.read(CHUNK):
             sha.update(chunk)
         digest = sha.hexdigest()
     return MemberSummary(

@@ -8,11 +8,9 @@ are not part of it: the build stages them beside these files.
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from stackpin import target
 from stackpin.errors import ConfigurationError
 from stackpin.lock import GROUPS, Group, Lock, LockedWheel, wheel_name_version
 from stackpin.matrix import Cell, Variant, cell_json
+from stackpin.primitives import pretty_json, rfc3339
 
 LABEL_PREFIX = target.LABEL_PREFIX
 
@@ -91,10 +90,6 @@ def image_tags(cell: Cell, variant: Variant, lock_digest: str) -> tuple[str, ...
     return target.image_tags(cell.id, variant, lock_digest)
 
 
-def _rfc3339(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _attention(cell: Cell, variant: Variant) -> str:
     return "flash_attn" if variant == "enhanced" and cell.attention is not None else "sdpa"
 
@@ -106,7 +101,7 @@ def image_labels(req: RenderRequest) -> dict[str, str]:
         "org.opencontainers.image.title": f"stackpin/{cell.id}",
         "org.opencontainers.image.description": cell.description,
         "org.opencontainers.image.version": f"{req.variant}-{lock_digest[:12]}",
-        "org.opencontainers.image.created": _rfc3339(cell.source_date_epoch),
+        "org.opencontainers.image.created": rfc3339(cell.source_date_epoch),
         "org.opencontainers.image.vendor": "stackpin",
         "org.opencontainers.image.base.name": base_reference(cell),
         target.LABEL_CELL: cell.id,
@@ -191,7 +186,7 @@ def render(req: RenderRequest) -> Rendered:
         "Dockerfile": env.get_template("Dockerfile.j2").render(context),
         "stackpin/entrypoint.sh": env.get_template("entrypoint.sh.j2").render(context),
         "stackpin/guard.py": (req.templates_dir / "guard.py").read_text(encoding="utf-8"),
-        "stackpin/image.json": json.dumps(image_info(req), indent=2, sort_keys=True) + "\n",
+        "stackpin/image.json": pretty_json(image_info(req)),
     }
     for group in groups:
         wheels = lock.group(group) if lock else ()

@@ -13,6 +13,7 @@ from pathlib import Path
 from stackpin.engine import BindMount, RunRequest, with_run_flags
 from stackpin.lock import write_text_atomic
 from stackpin.matrix import Cell
+from stackpin.primitives import pretty_json
 from stackpin.target import Target
 
 IN_CONTAINER_REPORTS = "/stackpin-reports"
@@ -43,7 +44,7 @@ def write_verified(target: Target, image_id: str) -> None:
     data = {"cell": target.cell.id, "variant": target.variant,
             "lock_digest": target.lock.digest, "image_id": image_id}
     write_text_atomic(target.layout.verified_path(target.cell.id, target.variant),
-                      json.dumps(data, indent=2, sort_keys=True) + "\n")
+                      pretty_json(data))
 
 
 def verified_image(target: Target) -> str | None:

@@ -23,17 +23,17 @@ from pathlib import Path
 from stackpin.errors import HostEnvironmentError, ValidationError
 from stackpin.lock import Lock, build_lock, read_lock, stale_reason, wheel_name_version
 from stackpin.matrix import Cell, PinnedWheel
+from stackpin.primitives import CHUNK
 
 Runner = Callable[[list[str], Callable[[str], None]], int]
 LineSink = Callable[[str], None]
 
-_CHUNK = 1 << 20
 
 
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
+        while chunk := handle.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 

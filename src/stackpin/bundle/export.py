@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import jinja2
-
 from stackpin import __version__, provenance, sbom, signing
 from stackpin.build import BuildRecord, built_dockerfile
 from stackpin.bundle import models, source
@@ -38,7 +36,6 @@ from stackpin.bundle.format import (
     created_epoch,
     ignore_line,
     manifest_bytes,
-    rfc3339,
     run_flags_json,
     sha256sums_text,
 )
@@ -48,6 +45,8 @@ from stackpin.engine import Engine
 from stackpin.errors import BundleError, ValidationError
 from stackpin.lock import Lock, atomic_write
 from stackpin.matrix import cell_to_dict
+from stackpin.primitives import pid_alive, rfc3339
+from stackpin.render import render_template
 from stackpin.target import (
     LABEL_LOCK_DIGEST,
     LABEL_SOURCE_COMMIT,
@@ -123,15 +122,7 @@ def profile_conf(image: BundleImage) -> str:
 
 
 def render_readme(template_dir: Path, manifest_like: Mapping[str, Any]) -> str:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(template_dir)),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-    )
-    return env.get_template("README.md.j2").render(manifest_like)
+    return render_template(template_dir, "README.md.j2", manifest_like)
 
 
 # --- export -----------------------------------------------------------------------------
@@ -180,16 +171,6 @@ def resolve_images(engine: Engine, request: ExportRequest) -> list[BundleImage]:
     return images
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def staging_dir(out_dir: Path) -> Path:
     """A fresh hidden folder beside ``out_dir``; partial ones of dead exports are removed."""
     parent = out_dir.parent
@@ -197,7 +178,7 @@ def staging_dir(out_dir: Path) -> Path:
     pattern = re.compile(rf"^\.{re.escape(out_dir.name)}\.(?:partial|old)-(\d+)$")
     for stale in parent.iterdir():
         match = pattern.match(stale.name)
-        if match and (int(match.group(1)) == os.getpid() or not _pid_alive(int(match.group(1)))):
+        if match and (int(match.group(1)) == os.getpid() or not pid_alive(int(match.group(1)))):
             shutil.rmtree(stale, ignore_errors=True)
     path = parent / f".{out_dir.name}.partial-{os.getpid()}"
     path.mkdir()

@@ -10,7 +10,6 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -18,6 +17,7 @@ from stackpin import __version__
 from stackpin.errors import BundleError
 from stackpin.lock import Lock
 from stackpin.matrix import Cell, RunFlags, Variant
+from stackpin.primitives import rfc3339
 
 FORMAT = "stackpin-bundle"
 FORMAT_VERSION = 1
@@ -30,7 +30,6 @@ IMAGES = "images.tar.zst"
 ZSTD_LEVEL = 3
 DEFAULT_PORTS: Mapping[str, int] = {"enhanced": 18887, "stable": 18888}
 MAX_MANIFEST_BYTES = 16 << 20
-CHUNK = 1 << 20
 UNSIGNED = (MANIFEST, SIGNATURE)  # every other file is listed in the manifest
 # The site puts its own model folders here (stackpin.bundle.models): in a bundle folder,
 # files under it that the manifest does not list are the site's, not an extra file.
@@ -138,10 +137,6 @@ def assign_profiles(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, int]]:
 
 def run_flags_json(flags: RunFlags) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(flags).items()}
-
-
-def rfc3339(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def created_epoch(selections: Sequence[Selection]) -> int:

@@ -22,10 +22,11 @@ from typing import IO
 import zstandard
 
 from stackpin.bundle import trust
-from stackpin.bundle.format import CHUNK, IMAGES, LineSink, ignore_line
+from stackpin.bundle.format import IMAGES, LineSink, ignore_line
 from stackpin.bundle.verify import VerifyResult, open_stream, refuse, verify
 from stackpin.engine import Engine
 from stackpin.errors import BundleError
+from stackpin.primitives import CHUNK
 
 MAX_WINDOW = 1 << 27  # zstd's own default limit (128 MiB); stackpin writes 2 MiB windows
 

@@ -33,11 +33,11 @@ from stackpin.engine import Engine
 from stackpin.errors import BundleError, HostEnvironmentError
 from stackpin.matrix import Cell
 from stackpin.render import base_reference
-from stackpin.target import Layout
+from stackpin.target import LABEL_SOURCE_COMMIT, Layout
 
 SOURCE_COMMIT = "SOURCE_COMMIT"
 BASES = "base"
-COMMIT_LABEL = "io.stackpin.source-commit"
+COMMIT_LABEL = LABEL_SOURCE_COMMIT
 _COMMIT = re.compile(r"^(?:[0-9a-f]{40}(?:\+dirty)?|unknown)$")
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
 

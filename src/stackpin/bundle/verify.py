@@ -27,7 +27,6 @@ from typing import IO, Any, Literal
 
 from stackpin.bundle import schema, trust
 from stackpin.bundle.format import (
-    CHUNK,
     MANIFEST,
     MAX_MANIFEST_BYTES,
     SIGNATURE,
@@ -40,6 +39,7 @@ from stackpin.bundle.format import (
     sha256sums_text,
 )
 from stackpin.errors import BundleError
+from stackpin.primitives import CHUNK
 from stackpin.signing import SIGNATURE_BYTES
 from stackpin.untrusted import parse_json, read_bounded, shown
 from stackpin.wheelhouse import sha256_file

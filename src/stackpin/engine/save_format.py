@@ -32,10 +32,11 @@ from typing import IO, Any, Generic, Literal, TypeVar
 
 import zstandard
 
+from stackpin import primitives
 from stackpin.errors import HostEnvironmentError
+from stackpin.primitives import CHUNK
 
 T = TypeVar("T")
-CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 MAX_DOCUMENT = 64 << 20  # a config or manifest larger than this is not one
@@ -288,7 +289,7 @@ def _layout_chunks(
 
 
 def canonical_bytes(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    return primitives.canonical_bytes(value, ascii_only=True)
 
 
 def tar_member(name: str, data: IO[bytes], size: int, *, mtime: int = 0) -> Iterator[bytes]:
