@@ -27,6 +27,7 @@ from test_bundle_fakes import engine_with_cpu, export_cpu, site_trusting
 from stackpin import signing
 from stackpin.bundle import load as loading
 from stackpin.bundle import trust
+from stackpin.bundle import verify as verifying
 from stackpin.bundle.format import manifest_bytes
 from stackpin.cli.main import cli
 from stackpin.errors import BundleError
@@ -243,6 +244,17 @@ def _refused(source: Path, good: Good, pattern: str, shipped_cells) -> None:  # 
         return  # verify checks files, not their decompressed content: load refuses these
     assert done.exit_code == 7, done.output
     assert len(done.output.strip().splitlines()) == 1, done.output
+
+
+def test_a_flood_of_empty_folders_is_refused_at_the_member_cap(good, shipped_cells, tmp_path,
+                                                                monkeypatch):
+    # The real cap is 110,000 entries; a smaller one keeps the test fast, same code path.
+    monkeypatch.setattr(verifying, "MAX_MEMBERS", 300)
+    folder = tmp_path / "bundle"
+    shutil.copytree(good.folder, folder)
+    for index in range(301):
+        (folder / "sbom" / f"d{index}").mkdir()
+    _refused(folder, good, "more than 300 files and folders", shipped_cells)
 
 
 def test_the_opt_out_still_refuses_everything_but_the_signature(good, shipped_cells, tmp_path):

@@ -145,7 +145,11 @@ def verify(source: Path, *, site: trust.Trust) -> VerifyResult:
 def _walk(folder: Path) -> list[str]:
     """Every regular file under ``folder``; any link, device or other node is refused."""
     found: list[str] = []
+    entries = 0
     for dirpath, dirnames, filenames in os.walk(folder):
+        entries += len(dirnames) + len(filenames)
+        if entries > MAX_MEMBERS:  # folders count too: os.walk holds their names
+            raise refuse(folder, f"holds more than {MAX_MEMBERS} files and folders")
         for name in [*dirnames, *filenames]:
             path = Path(dirpath) / name
             mode = path.lstat().st_mode
@@ -158,8 +162,6 @@ def _walk(folder: Path) -> list[str]:
                 if not safe_relative(rel):
                     raise refuse(folder, f"{shown(rel)!r} is not a bundle file name")
                 found.append(rel)
-            if len(found) > schema.MAX_FILES:
-                raise refuse(folder, f"holds more than {schema.MAX_FILES} files")
     return sorted(found)
 
 
