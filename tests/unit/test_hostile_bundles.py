@@ -375,3 +375,12 @@ def test_the_good_bundle_loads(good, shipped_cells):
         engine = engine_with_cpu(shipped_cells)
         loading.load(engine, source, site=site_trusting(good.public))
         assert len(engine.loaded) == 1
+
+
+def test_the_sites_own_models_may_have_any_name(good, shipped_cells, tmp_path):
+    folder = tmp_path / "bundle"
+    shutil.copytree(good.folder, folder)
+    (folder / "models" / "My Model v2").mkdir(parents=True, exist_ok=True)
+    (folder / "models" / "My Model v2" / "weights (1).gguf").write_bytes(b"GGUF")
+    verified = verifying.verify(folder, site=site_trusting(good.public))
+    assert verified.signature == "verified"

@@ -159,8 +159,9 @@ def _walk(folder: Path) -> list[str]:
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                 raise refuse(folder, f"{shown(rel)} is a device, fifo or socket")
             if stat.S_ISREG(mode):
-                if not safe_relative(rel):
-                    raise refuse(folder, f"{shown(rel)!r} is not a bundle file name")
+                # The site's own models may be named as it likes (never hashed or printed raw).
+                if not safe_relative(rel) and not rel.startswith(SITE_MODELS):
+                    raise refuse(folder, f"'{shown(rel)}' is not a bundle file name")
                 found.append(rel)
     return sorted(found)
 
