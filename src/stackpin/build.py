@@ -50,7 +50,7 @@ def vet_cell(cell: Cell) -> None:
             details=[str(v) for v in errors],
         )
     for where, wheel in pinned_wheels(cell):
-        if not wheel.sha256 and (where != "attention" or "enhanced" in cell.variants):
+        if not wheel.sha256 and (where != "attention" or cell.locks_attention):
             msg = (
                 f"{cell.id}: {where} {wheel.filename} is unpinned (empty sha256); a build "
                 f"installs only pinned vendor wheels: set it from `sha256sum wheels/vendor/"

@@ -117,7 +117,7 @@ def _pinned_groups(cell: Cell) -> dict[str, tuple[Group, PinnedWheel]]:
     pinned: dict[str, tuple[Group, PinnedWheel]] = {
         w.filename: ("vendor", w) for w in (cell.torch, *cell.vendor_wheels)
     }
-    if cell.attention is not None and "enhanced" in cell.variants:
+    if cell.attention is not None and cell.locks_attention:
         pinned[cell.attention.filename] = ("attention", cell.attention)
     return pinned
 

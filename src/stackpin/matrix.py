@@ -153,10 +153,19 @@ class Cell:
     def is_dtk(self) -> bool:
         return self.platform == "dtk"
 
+    def uses_attention(self, variant: Variant) -> bool:
+        """The attention wheel counts only for enhanced: the one home of that rule."""
+        return variant == "enhanced" and self.attention is not None
+
+    @property
+    def locks_attention(self) -> bool:
+        """Whether a variant this cell builds installs its attention wheel (so it is locked)."""
+        return any(self.uses_attention(v) for v in self.variants)
+
     def wheels_for(self, variant: Variant) -> tuple[PinnedWheel, ...]:
         """The pinned ABI-bound wheels a variant installs with --no-deps, torch first."""
         wheels = (self.torch, *self.vendor_wheels)
-        if variant == "enhanced" and self.attention is not None:
+        if self.uses_attention(variant) and self.attention is not None:
             wheels = (*wheels, self.attention)
         return wheels
 

@@ -91,7 +91,7 @@ def image_tags(cell: Cell, variant: Variant, lock_digest: str) -> tuple[str, ...
 
 
 def _attention(cell: Cell, variant: Variant) -> str:
-    return "flash_attn" if variant == "enhanced" and cell.attention is not None else "sdpa"
+    return "flash_attn" if cell.uses_attention(variant) else "sdpa"
 
 
 def image_labels(req: RenderRequest) -> dict[str, str]:
@@ -141,7 +141,7 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
 
 def layer_groups(cell: Cell, variant: Variant) -> tuple[Group, ...]:
     wanted: list[Group] = [g for g in GROUPS if g != "attention"]
-    if variant == "enhanced" and cell.attention is not None:
+    if cell.uses_attention(variant):
         wanted.append("attention")
     return tuple(wanted)
 

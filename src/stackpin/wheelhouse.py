@@ -109,7 +109,7 @@ def locked_requirements(lock: Lock) -> str:
 
 def _pins(cell: Cell) -> list[PinnedWheel]:
     pins = [cell.torch, *cell.vendor_wheels]
-    if cell.attention is not None and "enhanced" in cell.variants:
+    if cell.attention is not None and cell.locks_attention:
         pins.append(cell.attention)
     return pins
 

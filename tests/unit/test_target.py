@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -156,3 +157,18 @@ def test_the_build_labels_the_dockerfile_and_context_it_was_made_from(project: P
     second = plan(target, no_cache=False, provenance={}).request.labels
     assert second["io.stackpin.dockerfile-sha256"] == labels["io.stackpin.dockerfile-sha256"]
     assert second["io.stackpin.context-digest"] != labels["io.stackpin.context-digest"]
+
+
+def test_the_attention_rule_has_one_home_on_the_cell():
+    from tests.synthetic import synthetic_cells
+
+    cells = synthetic_cells()
+    dtk, cpu = cells["synth-dtk"], cells["synth-cpu"]
+    assert dtk.uses_attention("enhanced") and not dtk.uses_attention("stable")
+    assert dtk.locks_attention
+    assert not cpu.uses_attention("enhanced") and not cpu.locks_attention
+    only_stable = dataclasses.replace(dtk, variants=("stable",))
+    assert not only_stable.locks_attention  # its attention wheel is neither locked nor built
+    assert dtk.attention is not None
+    assert dtk.wheels_for("enhanced")[-1] == dtk.attention
+    assert dtk.attention not in dtk.wheels_for("stable")
