@@ -230,3 +230,52 @@ def test_wheel_filenames(name):
     if info is not None:
         assert info.filename.endswith(".whl")
 
+
+
+# --- through the CLI: the exit code is documented and an error is one line ----------------
+
+CLI_FUZZ = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow,
+                                           HealthCheck.function_scoped_fixture])
+
+
+def _cli(args: list[str], codes: set[int], prefixes: tuple[str, ...] = ()) -> None:
+    """Exit code among ``codes``; an error is one line, or (``prefixes``) every line is
+    one of the verb's own report lines (matrix check prints one line per problem)."""
+    from click.testing import CliRunner
+
+    from stackpin.cli.main import cli
+
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code in codes, (done.exit_code, done.output)
+    assert "Traceback" not in done.output
+    lines = done.output.strip().splitlines()
+    if prefixes:
+        assert all(line.startswith(prefixes) for line in lines), done.output
+    elif done.exit_code:
+        assert len(lines) == 1, done.output
+
+
+@CLI_FUZZ
+@given(st.binary(max_size=600) | _mutations(REPORT).map(lambda d: json.dumps(d).encode()))
+def test_verify_diff_cli(tmp_path, data):
+    (tmp_path / "a.json").write_bytes(data)
+    (tmp_path / "b.json").write_text(json.dumps(REPORT))
+    _cli(["verify", "diff", str(tmp_path / "a.json"), str(tmp_path / "b.json")], {0, 6})
+
+
+@CLI_FUZZ
+@given(st.binary(max_size=600))
+def test_matrix_check_cli(tmp_path, data):
+    (tmp_path / "m.toml").write_bytes(data)
+    _cli(["matrix", "check", str(tmp_path / "m.toml")], {0, 3, 4},
+         ("ERROR ", "WARN  ", "checked ", "stackpin: "))
+
+
+@CLI_FUZZ
+@given(st.binary(max_size=600) | _mutations(MANIFEST).map(lambda d: json.dumps(d).encode()))
+def test_bundle_verify_cli(tmp_path, data):
+    folder = tmp_path / "b"
+    folder.mkdir(exist_ok=True)
+    (folder / "manifest.json").write_bytes(data)
+    _cli(["bundle", "verify", str(folder), "--insecure-unsigned"], {7})
