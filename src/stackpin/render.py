@@ -129,6 +129,7 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
         "cell": cell.id,
         "variant": req.variant,
         "platform": cell.platform,
+        "arch": list(cell.arch),
         "lock_digest": lock.digest if lock else "unlocked",
         "torch": torch_version(cell),
         "numpy": cell.numpy,

@@ -175,3 +175,60 @@ def test_no_kernel_image_from_sdpa_fails_every_l3_case(tmp_path):
     sdpa = [c for c in json.loads(done.stdout)["checks"] if c["name"].startswith("L3.sdpa.")]
     assert len(sdpa) == 24
     assert all(c["status"] == "fail" and NO_KERNEL in c["reason"] for c in sdpa)
+
+
+# --- L0.arch: the device is one the image was built for ------------------------------------
+
+
+def test_arch_judge_normalises_spellings_and_names_the_mismatch():
+    from stackpin_verify import level0
+
+    assert level0.judge_arch("sm_90", ["sm_90"]) is None
+    assert level0.judge_arch("sm_90", ["sm90"]) is None
+    assert level0.judge_arch("gfx928", ["gfx928:sramecc+:xnack-"]) is None
+    assert level0.judge_arch("gfx928", ["gfx936"]) == (
+        "device arch gfx928 is not among the image's gfx936: its kernels were built for another GPU"
+    )
+
+
+def test_arch_check_fails_on_an_accelerator_of_another_arch(monkeypatch):
+    from stackpin_verify import level0
+
+    monkeypatch.setattr(capability, "device_arch", lambda device: "gfx928")
+    ctx = verify_helpers.cpu_context(verify_helpers.image_info(arch=["gfx936"], platform="dtk"))
+    ctx.device = torch.device("cuda")  # the check only asks capability.device_arch
+    result = run_check("L0.arch", functools.partial(level0.check_arch, ctx))
+    assert result.status == "fail"
+    assert result.metrics == {"device_arch": "gfx928", "image_arch": ["gfx936"]}
+    cpu = verify_helpers.cpu_context(verify_helpers.image_info(arch=["gfx936"]))
+    assert run_check("L0.arch", functools.partial(level0.check_arch, cpu)).status == "skip"
+
+
+# --- wiring: each check compares with an independent reference, at its real tolerance ---------
+
+
+def test_gemm_that_is_wrong_in_low_precision_fails_against_the_float64_reference(monkeypatch):
+    """A GEMM compared with itself would pass this: only the float64 reference is honest."""
+    real = torch.Tensor.__matmul__
+
+    def off_by_one_percent(a, b):
+        out = real(a, b)
+        return out if out.dtype == torch.float64 else out * 1.01
+
+    monkeypatch.setattr(torch.Tensor, "__matmul__", off_by_one_percent)
+    result = run_check("L1.gemm.fp32", functools.partial(level1.check_gemm, verify_helpers.cpu_context(), "fp32"))
+    assert result.status == "fail"
+    assert result.reason.startswith("relative error ")
+
+
+@pytest.mark.parametrize(("kind", "garbage_scale"), [("int8", 0.1), ("nf4", 0.3)])
+def test_l4_tolerances_reject_a_quantized_matmul_this_wrong(kind, garbage_scale):
+    """The tolerances the checks use (not a test's own number) must reject outputs with a
+    relative RMS error of 0.1 (int8) or 0.3 (NF4): a tolerance of 1e9 would pass them."""
+    from stackpin_verify import level4
+
+    gen = torch.Generator().manual_seed(3)
+    ref = torch.randn(64, 512, generator=gen)
+    noisy = ref + garbage_scale * ref.norm() / ref.numel() ** 0.5 * torch.randn(64, 512, generator=gen)
+    assert level4.relative_rms(noisy, ref) == pytest.approx(garbage_scale, rel=0.05)
+    assert level4.judge_quantized(noisy, ref, level4.TOLERANCE[kind]) is not None

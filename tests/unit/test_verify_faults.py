@@ -13,6 +13,7 @@ from tests.tools import need_module
 
 from stackpin_verify import level0, level5, level6, tinylm, training
 from stackpin_verify.checks import run_check
+from stackpin_verify.context import tiny_work_threads
 
 need_module("transformers")
 need_module("peft")
@@ -177,3 +178,32 @@ def test_zero_gradient_and_flat_loss_fail_the_training_judge():
     assert "loss fell from 11.9 to 11.8 in 3 steps" in reason
     frozen = training.Trace(losses=[4.0, 1.0], grad_norms=[0.5, 0.0])
     assert training.judge_trace(frozen) == "gradient norm is 0.0 at step 1: nothing is learning"
+
+
+# --- adapter round trip: the reloaded adapter, not the trained model, is what is compared ---
+
+
+def test_adapter_that_does_not_survive_the_reload_fails_the_round_trip(monkeypatch):
+    """A round trip comparing the trained model with itself (or reloading nothing) would
+    pass this; the check must compare with what came back from disk."""
+    import peft
+
+    real = peft.PeftModel.from_pretrained
+
+    def reload_losing_lora_b(*args: Any, **kwargs: Any) -> Any:
+        model = real(*args, **kwargs)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.zero_()
+        return model
+
+    monkeypatch.setattr(peft.PeftModel, "from_pretrained", reload_losing_lora_b)
+    ctx = verify_helpers.cpu_context()
+    with tiny_work_threads(ctx.device):
+        result = run_check(
+            "L5.lora.adapter_roundtrip", functools.partial(level5.check_adapter_roundtrip, ctx)
+        )
+    assert result.status == "fail"
+    assert result.reason.startswith("reloaded adapter gives different logits")
+    assert result.metrics["max_abs_diff"] > 0

@@ -6,12 +6,12 @@ import os
 import platform
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
 
-from stackpin_verify import environment
+from stackpin_verify import capability, environment
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import Context
 
@@ -25,6 +25,7 @@ def run(ctx: Context) -> list[CheckResult]:
         ("L0.python", check_python, True),
         ("L0.backend", lambda: check_backend(ctx), True),
         ("L0.devices", lambda: check_devices(ctx), True),
+        ("L0.arch", lambda: check_arch(ctx), True),
         ("L0.torch_version", lambda: check_torch_version(ctx), True),
         ("L0.numpy", lambda: check_numpy(ctx), True),
         ("L0.pins", lambda: check_pins(ctx), True),
@@ -83,6 +84,36 @@ def check_devices(ctx: Context) -> Metrics:
     found = environment.devices()
     metrics: Metrics = {"count": len(found), "devices": found}
     require(judge_devices(len(found), ctx.image_field("platform")), metrics)
+    return metrics
+
+
+def _arch_key(arch: str) -> str:
+    """``sm_90``/``sm90`` -> ``sm90``; ``gfx928:sramecc+:xnack-`` -> ``gfx928``."""
+    return arch.split(":", 1)[0].replace("_", "").lower()
+
+
+def judge_arch(device_arch: str, cell_arch: Sequence[str]) -> str | None:
+    """The device must be one the image was built for: a wheel built for gfx936 raises
+    "no kernel image" (or hipErrorNoBinaryForGpu) on a gfx928 at the first kernel."""
+    if _arch_key(device_arch) in {_arch_key(a) for a in cell_arch}:
+        return None
+    return (
+        f"device arch {device_arch} is not among the image's {', '.join(cell_arch)}: "
+        "its kernels were built for another GPU"
+    )
+
+
+def check_arch(ctx: Context) -> Metrics:
+    cell_arch = [str(a) for a in (ctx.image or {}).get("arch") or []]
+    if not ctx.accelerated:
+        msg = "no accelerator: nothing to compare with the image's arch"
+        raise Skip(msg)
+    if not cell_arch:
+        msg = "image info declares no arch"
+        raise Skip(msg)
+    device_arch = capability.device_arch(ctx.device)
+    metrics: Metrics = {"device_arch": device_arch, "image_arch": cell_arch}
+    require(judge_arch(device_arch, cell_arch), metrics)
     return metrics
 
 
