@@ -8,6 +8,8 @@ calls. The unit tests run it on CPU; docs/evidence/h200-faults ran it on an H200
 - ``sdpa_no_kernel_image``: SDPA raises it.
 - ``sdpa_noise`` / ``flash_noise``: the output carries ~3 % relative noise.
 - ``sdpa_causal_ignored`` / ``flash_causal_ignored``: the causal flag is dropped.
+- ``torch_import_sigbus``: importing torch kills the process with SIGBUS, as a truncated
+  extension module does (the suite's own process must survive to report it).
 """
 
 from __future__ import annotations
@@ -71,5 +73,19 @@ def _inject(fault: str) -> None:
         raise SystemExit(msg)
 
 
-if FAULT:
+class _DieOnTorch:
+    """A meta-path finder: the import of torch kills the importing process."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "torch":
+            import signal
+
+            os.kill(os.getpid(), signal.SIGBUS)
+
+
+if FAULT == "torch_import_sigbus":
+    import sys
+
+    sys.meta_path.insert(0, _DieOnTorch())
+elif FAULT:
     _inject(FAULT)

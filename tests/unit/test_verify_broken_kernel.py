@@ -232,3 +232,28 @@ def test_l4_tolerances_reject_a_quantized_matmul_this_wrong(kind, garbage_scale)
     noisy = ref + garbage_scale * ref.norm() / ref.numel() ** 0.5 * torch.randn(64, 512, generator=gen)
     assert level4.relative_rms(noisy, ref) == pytest.approx(garbage_scale, rel=0.05)
     assert level4.judge_quantized(noisy, ref, level4.TOLERANCE[kind]) is not None
+
+
+# --- an import that kills the process is reported, not a silent crash -------------------------
+
+
+def test_describe_exit_names_the_signal():
+    from stackpin_verify import preflight
+
+    assert preflight.describe_exit(-7) == "was killed by SIGBUS"
+    assert preflight.describe_exit(1) == "exited with 1"
+
+
+def test_torch_import_killing_the_process_fails_l0_import_with_a_report(tmp_path):
+    done = run_with_fault("torch_import_sigbus", "--levels", "0,1", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    report_json = json.loads(done.stdout)
+    assert report_json == json.loads((tmp_path / "out" / "report.json").read_text())
+    [check] = report_json["checks"]
+    assert (check["name"], check["status"], check["required"]) == ("L0.import", "fail", True)
+    assert check["reason"].startswith(
+        "python -c 'import torch; torch.zeros(1)' was killed by SIGBUS"
+    )
+    from stackpin_verify import schema
+
+    assert schema.validate(report_json, schema.load_schema()) == []

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from stackpin_verify import LEVELS, report
 
@@ -77,11 +79,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     image_path = resolve_image_info(parser, args.image_info)
+    start = time.perf_counter()
+    from stackpin_verify import environment, preflight
+
+    broken = preflight.check_import()
+    if broken is not None:
+        # torch cannot be imported here without risking this process: report that alone.
+        result = report.build_report(
+            checks=[broken],
+            host=environment.host_info(),
+            image=_image_or_none(image_path),
+            backend="cpu",
+            versions={"python": platform.python_version(), "torch": "not importable"},
+            devices=[],
+            duration_s=time.perf_counter() - start,
+        )
+        return _emit(result, args, {})
     # torch and the levels load only after the arguments parsed: usage errors stay instant.
-    from stackpin_verify import capability, environment
+    from stackpin_verify import capability
     from stackpin_verify.runner import make_context, run_levels
 
-    start = time.perf_counter()
     ctx = make_context(image_path=image_path, dtype_choice=args.dtype)
     requested = args.levels is not None
     checks, durations = run_levels(ctx, args.levels or LEVELS, requested=requested)
@@ -95,6 +112,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         duration_s=time.perf_counter() - start,
         device=capability.device_report(ctx.device),
     )
+    return _emit(result, args, durations)
+
+
+def _image_or_none(path: Path | None) -> dict[str, Any] | None:
+    from stackpin_verify import environment
+
+    if path is None:
+        return None
+    try:
+        return environment.load_image_info(path)
+    except environment.ImageInfoError:
+        return None
+
+
+def _emit(result: dict[str, Any], args: argparse.Namespace, durations: dict[int, float]) -> int:
     json_path, xml_path = report.write_reports(result, args.out_dir)
     if args.json:
         print(json.dumps(result, indent=2, default=str))

@@ -14,8 +14,6 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import torch
-
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 # cgroup v1 reports "no limit" as a page-aligned huge number rather than "max".
@@ -93,6 +91,8 @@ def backend_label(*, hip: str | None, cuda: str | None, device_available: bool) 
 
 
 def detect_backend() -> str:
+    import torch  # here, not at module level: preflight reports without importing torch
+
     return backend_label(
         hip=getattr(torch.version, "hip", None),
         cuda=getattr(torch.version, "cuda", None),
@@ -101,6 +101,8 @@ def detect_backend() -> str:
 
 
 def devices() -> list[dict[str, Any]]:
+    import torch
+
     if not torch.cuda.is_available():
         return []
     found = []
@@ -118,6 +120,8 @@ def dist_version(dist: str) -> str | None:
 
 
 def versions() -> dict[str, str]:
+    import torch
+
     found = {"python": platform.python_version(), "torch": str(torch.__version__)}
     for dist in OPTIONAL_DISTS:
         version = dist_version(dist)
