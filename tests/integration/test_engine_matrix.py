@@ -1,0 +1,179 @@
+"""The whole flow on each engine of the matrix, with a small image whose content does not matter.
+
+Per engine (Docker 20.10, Docker 28 classic store, Docker 28 containerd image store; see
+conftest.matrix_engine), through the CLI a user runs:
+build (--no-cache, normalised) -> `rebuild --check` from another folder, time zone, umask
+and host (a second --no-cache build) gives the same identity -> `bundle export` (signed) ->
+`bundle verify` -> the images removed, `bundle load` brings back the same ID -> removed
+again, the bundle's own `bin/load.sh` loads it -> a container of it starts and runs.
+
+The cell is the CPU default renamed (MATRIX_CELL, its lock rewritten to match), so its
+images never touch the CPU default's tags, built from a small synthetic Dockerfile
+template in a copy of the checkout: the engines, not torch, are under test here. The full
+CPU image is tested on the default engine (test_build_cpu, test_reproducible, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.conftest import CPU_CELL, stackpin_cli
+from tests.integration.test_reproducible import stackpin
+
+from stackpin.engine import RunRequest
+from stackpin.engine.docker_api import DockerEngine
+from stackpin.lock import cell_digest
+from stackpin.matrix import load_cells
+
+pytestmark = pytest.mark.docker
+
+MATRIX_CELL = "matrix-bookworm-py311"
+# Writes files at build time (their mtimes differ per build: normalisation's job), has the
+# venv the SBOM probe runs in, starts through the rendered entrypoint, carries the labels.
+SMALL_TEMPLATE = """\
+# Engine-matrix image for cell {{ cell.id }}, variant {{ variant }}: small on purpose.
+FROM {{ base_reference }}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY stackpin/ /opt/stackpin/
+RUN python3 -m venv --without-pip /opt/stackpin/venv \\
+    && mkdir -p /opt/stackpin/data \\
+    && python3 -c 'import sys; print(sys.version.split()[0])' > /opt/stackpin/data/python \\
+    && echo {{ cell.id }} > /opt/stackpin/data/cell \\
+    && chmod 0755 /opt/stackpin/entrypoint.sh
+{% include "fragments/labels.j2" %}
+ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
+CMD ["cat", "/opt/stackpin/data/cell"]
+"""
+
+
+def _rewrite(path: Path, text: str) -> None:
+    path.unlink()  # the copy's files are hard links: never write through them
+    path.write_text(text)
+
+
+def small_project(source: Path, dest: Path) -> Path:
+    """A copy of ``source`` whose only cell of cpu.toml is MATRIX_CELL, from SMALL_TEMPLATE."""
+    shutil.copytree(source, dest, symlinks=True, copy_function=os.link,
+                    ignore=shutil.ignore_patterns("build"))
+    matrix = dest / "pinning" / "cpu.toml"
+    _rewrite(matrix, matrix.read_text().replace(CPU_CELL, MATRIX_CELL))
+    cells = load_cells(sorted((dest / "pinning").glob("*.toml")))
+    lock = json.loads((dest / "pinning" / "locks" / f"{CPU_CELL}.lock").read_text())
+    lock.update(cell=MATRIX_CELL, cell_digest=cell_digest(cells[MATRIX_CELL]))
+    (dest / "pinning" / "locks" / f"{MATRIX_CELL}.lock").write_text(
+        json.dumps(lock, indent=2, sort_keys=True) + "\n")
+    (dest / "wheels" / CPU_CELL).rename(dest / "wheels" / MATRIX_CELL)
+    _rewrite(dest / "templates" / "Dockerfile.j2", SMALL_TEMPLATE)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def small_checkout(cpu_project: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # The matrix cell's lock is the CPU default's: link the session copy's wheelhouse,
+    # fetched first when missing (as the CPU default's own fixture does).
+    if stackpin_cli("wheels", "verify", CPU_CELL, cwd=cpu_project).returncode:
+        done = stackpin_cli("wheels", "fetch", CPU_CELL, cwd=cpu_project)
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    return small_project(cpu_project, tmp_path_factory.mktemp("matrix") / "checkout")
+
+
+def on(engine: DockerEngine) -> dict[str, str]:
+    return {"DOCKER_HOST": engine.url}
+
+
+@pytest.fixture(scope="session")
+def matrix_build(
+    matrix_engine: DockerEngine, matrix_base: str, small_checkout: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, object]]:
+    """`stackpin build --no-cache` of MATRIX_CELL on the engine; its images removed after."""
+    copy = tmp_path_factory.mktemp("matrix-a") / "checkout"
+    copy.parent.mkdir(exist_ok=True)
+    subprocess.run(["cp", "-al", str(small_checkout), str(copy)], check=True)
+    done = stackpin(copy, "build", MATRIX_CELL, "--no-cache", "--json",
+                    env={**on(matrix_engine), "TZ": "UTC"})
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    (record,) = json.loads(done.stdout)
+    yield {**record, "checkout": copy}
+    for info in matrix_engine.list_images(f"io.stackpin.cell={MATRIX_CELL}"):
+        matrix_engine.remove_image(info.id, force=True)
+
+
+def test_the_build_is_normalised_and_named_as_its_store_names_images(matrix_engine,
+                                                                    matrix_build):
+    info = matrix_engine.image_info(str(matrix_build["image_id"]))
+    assert info is not None
+    assert info.created == "2025-01-01T00:00:00Z"  # normalised: SOURCE_DATE_EPOCH
+    assert info.labels["io.stackpin.cell"] == MATRIX_CELL
+    assert matrix_build["raw_image_id"] != matrix_build["image_id"]
+    assert set(matrix_build["tags"]) <= set(info.tags)  # type: ignore[arg-type]
+
+
+def test_rebuild_check_elsewhere_gives_the_same_identity(matrix_engine, matrix_build,
+                                                         small_checkout, tmp_path):
+    second = tmp_path / "elsewhere" / "deeper" / "checkout"
+    second.parent.mkdir(parents=True)
+    subprocess.run(["cp", "-al", str(small_checkout), str(second)], check=True)
+
+    done = stackpin(second, "rebuild", "--check", MATRIX_CELL, "--variant", "stable",
+                    "--image", str(matrix_build["image_id"]), "--json",
+                    env={**on(matrix_engine), "TZ": "Pacific/Chatham", "LANG": "C"},
+                    umask="077", hostname="matrix-b")
+
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    report = json.loads(done.stdout)
+    (only,) = report["reports"]
+    assert only["existing"] == only["rebuilt"] == matrix_build["image_id"]
+    log = (second / "build" / "logs" / f"{MATRIX_CELL}-stable-rebuild.log").read_text()
+    assert "Using cache" not in log  # the second build ran every step
+
+
+def test_bundle_export_verify_load_and_start(matrix_engine, matrix_build, tmp_path):
+    copy = Path(str(matrix_build["checkout"]))
+    image_id = str(matrix_build["image_id"])
+    keys, site = tmp_path / "keys", tmp_path / "site"
+    assert stackpin(copy, "keys", "generate", "-o", str(keys)).returncode == 0
+    done = stackpin(copy, "bundle", "export", MATRIX_CELL, "-o", str(site), "--sign-key",
+                    str(keys / "stackpin.key"), env=on(matrix_engine))
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    (image,) = json.loads((site / "manifest.json").read_bytes())["images"]
+    assert image["id"] == image_id
+
+    done = stackpin(copy, "bundle", "verify", str(site), "--pubkey", str(keys / "stackpin.pub"))
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+
+    _remove_tags(matrix_engine, image_id)
+    done = stackpin(copy, "bundle", "load", str(site), "--pubkey", str(keys / "stackpin.pub"),
+                    "--json", env=on(matrix_engine))
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert json.loads(done.stdout)["loaded"] == [image_id]
+
+    _remove_tags(matrix_engine, image_id)
+    done = subprocess.run(["bash", str(site / "bin" / "load.sh"), "--pubkey",
+                           str(keys / "stackpin.pub")], capture_output=True, text=True,
+                          env={**os.environ, **on(matrix_engine)}, timeout=1800)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    loaded = matrix_engine.image_info(image_id)
+    assert loaded is not None
+    assert set(image["tags"]) <= set(loaded.tags)
+
+    started = matrix_engine.run_to_completion(
+        RunRequest(image=image["tags"][0], network_mode="none",
+                   labels={"io.stackpin.test": uuid.uuid4().hex}), timeout_s=120)
+    assert (started.exit_code, started.stdout) == (0, f"{MATRIX_CELL}\n"), started.logs
+
+
+def _remove_tags(engine: DockerEngine, image_id: str) -> None:
+    """Empty the store of the image: every tag, then the image itself."""
+    info = engine.image_info(image_id)
+    for tag in info.tags if info else ():
+        engine.remove_image(tag)
+    engine.remove_image(image_id, force=True)
+    assert engine.image_info(image_id) is None
