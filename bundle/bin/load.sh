@@ -32,9 +32,16 @@ load_bundle_conf
 # zstd's window is capped (--memory), and no more than the signed size reaches Docker.
 zstd -dc --memory=128MB "$BUNDLE/images.tar.zst" | head -c "$BUNDLE_UNPACKED_BYTES" | docker load \
     | while IFS= read -r line; do say INFO "docker: $line"; done
-for image_id in "${BUNDLE_IMAGE_IDS[@]}"; do
-    docker image inspect --format '{{.Id}}' "$image_id" >/dev/null 2>&1 \
-        || die "after docker load, image $image_id is absent: check 'docker images' and the daemon's log"
-    say PASS "loaded $image_id"
+# An image is named by its config digest on a classic store (BUNDLE_IMAGE_IDS), by its
+# manifest digest on a containerd image store (BUNDLE_IMAGE_MANIFESTS).
+for i in "${!BUNDLE_IMAGE_IDS[@]}"; do
+    image_id=${BUNDLE_IMAGE_IDS[$i]}
+    for candidate in "$image_id" "${BUNDLE_IMAGE_MANIFESTS[$i]:-$image_id}"; do
+        if docker image inspect --format '{{.Id}}' "$candidate" >/dev/null 2>&1; then
+            say PASS "loaded $candidate"
+            continue 2
+        fi
+    done
+    die "after docker load, image $image_id is absent: check 'docker images' and the daemon's log"
 done
 say PASS "load: ${#BUNDLE_IMAGE_IDS[@]} image(s) present; next: bin/verify.sh, bin/start.sh PROFILE (${BUNDLE_PROFILES[*]})"

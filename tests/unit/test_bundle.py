@@ -20,6 +20,7 @@ from test_bundle_fakes import (
     cpu_selection,
     engine_with_cpu,
     export_cpu,
+    layer_bytes,
     project,
     record_cpu_build,
     site_trusting,
@@ -33,7 +34,8 @@ from stackpin.bundle import secrets as bundle_secrets
 from stackpin.bundle import stream as streaming
 from stackpin.bundle import verify as verifying
 from stackpin.engine import SaveRequest
-from stackpin.errors import BundleError
+from stackpin.engine.save_format import read_save
+from stackpin.errors import BundleError, HostEnvironmentError
 from stackpin.matrix import RunFlags
 from stackpin.render import base_reference
 from stackpin.wheelhouse import sha256_file
@@ -171,24 +173,6 @@ def test_same_key_same_signature_and_same_archive(tmp_path, shipped_cells):
     assert first.archive.read_bytes() == second.archive.read_bytes()
 
 
-def test_save_manifest_order_from_the_daemon_does_not_reach_the_bundle():
-    engine = FakeEngine()
-    a = engine.add({"n": "a"}, [b"shared", b"a"], tags=("x:1",))
-    b = engine.add({"n": "b"}, [b"shared", b"b"], tags=("y:1", "x:2"))
-    outputs = []
-    for reverse in (False, True):
-        engine.reverse_manifest = reverse
-        sink = io.BytesIO()
-        streaming.normalize_save_stream(engine.save(SaveRequest(images=("x:1", "y:1", "x:2"))),
-                                        sink)
-        outputs.append(sink.getvalue())
-    assert outputs[0] == outputs[1]
-    with tarfile.open(fileobj=io.BytesIO(outputs[0])) as tar:
-        manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
-    by_config = sorted([(a, ["x:1"]), (b, ["x:2", "y:1"])])
-    assert [e["RepoTags"] for e in manifest] == [tags for _, tags in by_config]
-
-
 def test_an_existing_bundle_is_kept_unless_forced(tmp_path, shipped_cells):
     export_cpu(tmp_path, shipped_cells)
     with pytest.raises(BundleError, match="exists: choose another -o or pass --force"):
@@ -306,32 +290,47 @@ def test_created_is_the_newest_source_date_epoch(shipped_cells):
     assert bundle_format.created_epoch([selection]) == EPOCH
 
 
-def test_the_save_stream_passes_through_byte_for_byte_but_its_manifest():
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, body in ((f"{'d' * 64}/{'n' * 120}.json", b"{}"),  # long name: a PAX header
-                           ("layer/layer.tar", bytes(range(256)) * 11),
-                           ("manifest.json", b'[{"Config":"b.json","RepoTags":["z:1","a:1"]}]')):
-            info = tarfile.TarInfo(name)
-            info.size = len(body)
-            info.mtime = EPOCH
-            tar.addfile(info, io.BytesIO(body))
-    original = buffer.getvalue()
-    sink = io.BytesIO()
-    streaming.normalize_save_stream([original[i:i + 1000] for i in range(0, len(original), 1000)],
-                                 sink)
-    out = sink.getvalue()
-    with tarfile.open(fileobj=io.BytesIO(out)) as tar:  # checksums valid, sizes right
-        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
-    assert members["layer/layer.tar"] == bytes(range(256)) * 11
-    assert json.loads(members["manifest.json"]) == [{"Config": "b.json", "RepoTags": ["a:1", "z:1"]}]
-    manifest_at = original.index(b"manifest.json")
-    assert out[:manifest_at] == original[:manifest_at]
+def _stream_of(engine: FakeEngine, tmp_path: Path, name: str) -> tuple[bytes, dict]:
+    path = tmp_path / f"{name}.tar.zst"
+    _stats, bundled = streaming.write_images(engine, ["x:1", "x:2", "y:1"], path, threads=1)
+    return zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes()), bundled
 
 
-def test_a_save_stream_cut_short_is_an_error():
+@pytest.mark.parametrize("reverse", [False, True])
+def test_the_images_stream_is_the_same_on_every_engine_and_store(tmp_path, reverse):
+    streams = {}
+    for kind in ("docker20", "classic", "containerd"):
+        engine = FakeEngine(kind=kind, reverse_manifest=reverse)
+        shared = layer_bytes("shared", 8192)
+        a = engine.add({"n": "a"}, [shared, layer_bytes("a", 8192)], tags=("x:1",))
+        b = engine.add({"n": "b"}, [shared, layer_bytes("b", 8192)], tags=("y:1", "x:2"))
+        streams[kind], bundled = _stream_of(engine, tmp_path, kind)
+        assert set(bundled) == {a, b}  # keyed by the exporting engine's own IDs
+    assert streams["docker20"] == streams["classic"] == streams["containerd"]
+    contents = read_save(io.BytesIO(streams["containerd"]), lambda data: data.read())
+    assert contents.layout == "oci"
+    assert {layer.compression for layer in contents.layers.values()} == {""}  # raw tar
+    assert len(contents.layers) == 3  # the shared layer once
+    assert sorted(e.repo_tags for e in contents.entries) == [("x:1",), ("x:2", "y:1")]
+
+
+def test_each_image_is_named_as_each_store_will_name_it_after_a_load(tmp_path):
+    source = FakeEngine(kind="containerd")
+    image = source.add({"n": "a"}, [layer_bytes("a", 8192)], tags=("x:1",))
+    path = tmp_path / "images.tar.zst"
+    _stats, bundled = streaming.write_images(source, ["x:1"], path, threads=1)
+    data = zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes())
+    for kind, expected in (("docker20", bundled[image].config_digest),
+                           ("classic", bundled[image].config_digest),
+                           ("containerd", bundled[image].manifest_digest)):
+        assert FakeEngine(kind=kind).load([data]).image_ids == (expected,), kind
+    assert bundled[image].manifest_digest != image  # layers no longer gzip: a new manifest
+
+
+def test_a_save_stream_cut_short_is_an_error(tmp_path):
     engine = FakeEngine()
     engine.add({}, [bytes(4096)], tags=("x:1",))
     data = b"".join(engine.save(SaveRequest(images=("x:1",))))
-    with pytest.raises(BundleError, match="ended the save stream early"):
-        streaming.normalize_save_stream([data[:3000]], io.BytesIO())
+    engine.save = lambda request: iter([data[:3000]])  # type: ignore[method-assign]
+    with pytest.raises(HostEnvironmentError, match="save stream that cannot be read"):
+        streaming.write_images(engine, ["x:1"], tmp_path / "images.tar.zst", threads=1)

@@ -10,7 +10,7 @@ import shlex
 import shutil
 import tarfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -94,7 +94,9 @@ def bundle_conf(images: Sequence[BundleImage], stream: StreamStats) -> str:
     text += shell_assign("BUNDLE_FORMAT_VERSION", FORMAT_VERSION)
     text += shell_assign("BUNDLE_UNPACKED_BYTES", stream.tar_bytes)
     text += shell_assign("BUNDLE_PROFILES", [i.profile for i in images])
-    text += shell_assign("BUNDLE_IMAGE_IDS", [i.id for i in images])
+    # Parallel arrays: the image's ID on a classic store and on a containerd store.
+    text += shell_assign("BUNDLE_IMAGE_IDS", [i.load_ids[0] for i in images])
+    text += shell_assign("BUNDLE_IMAGE_MANIFESTS", [i.load_ids[1] for i in images])
     text += shell_assign("BUNDLE_PLATFORMS", sorted({i.platform for i in images}))
     text += shell_assign("BUNDLE_CPU_ARCHES", sorted({i.cpu_arch for i in images}))
     text += shell_assign("BUNDLE_ARCHES", sorted({a for i in images for a in i.arch}))
@@ -385,7 +387,10 @@ def export(engine: Engine, request: ExportRequest, *,
     try:
         names = sorted({t for i in images for t in i.tags})
         on_line(f"bundle: saving {len(images)} image(s) as one stream: {', '.join(names)}")
-        stream = write_images(engine, names, staging / IMAGES, threads=request.zstd_threads)
+        stream, bundled = write_images(engine, names, staging / IMAGES,
+                                       threads=request.zstd_threads)
+        images = [replace(i, config_digest=bundled[i.id].config_digest,
+                          manifest_digest=bundled[i.id].manifest_digest) for i in images]
         (staging / IMAGES).chmod(0o644)
         on_line(f"bundle: {IMAGES}: {stream.tar_bytes} -> {stream.bytes} bytes")
         created = rfc3339(created_epoch(request.selections))

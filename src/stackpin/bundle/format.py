@@ -85,6 +85,14 @@ class BundleImage:
     labels: Mapping[str, str]
     run: Mapping[str, Any]
     size: int
+    # The IDs it has once loaded, set by the export's stream: identity is per store.
+    config_digest: str = ""  # on a classic store (and Engine 20.10)
+    manifest_digest: str = ""  # on a containerd image store
+
+    @property
+    def load_ids(self) -> tuple[str, str]:
+        """Either ID names the image after a load, whichever store the site runs."""
+        return (self.config_digest or self.id, self.manifest_digest or self.id)
 
     @property
     def name(self) -> str:

@@ -116,6 +116,16 @@ class LoadReport:
     image_ids: tuple[str, ...] = field(default_factory=tuple)
 
 
+def id_after_load(engine: Engine, image: dict[str, object]) -> str:
+    """The ID the image will have in this engine: identity is per store (the config digest
+    on a classic store, the manifest digest on a containerd store); older bundles carry
+    only the exporting engine's "id"."""
+    config, manifest = (str(image.get(k) or "") for k in ("config_digest", "manifest_digest"))
+    if not (config and manifest):
+        return str(image["id"])
+    return engine.version().image_id(config_digest=config, manifest_digest=manifest)
+
+
 def load(engine: Engine, source: Path, *, site: trust.Trust,
          on_line: LineSink = ignore_line) -> LoadReport:
     """Verify everything, then stream the images into the daemon and check their IDs."""
@@ -124,7 +134,7 @@ def load(engine: Engine, source: Path, *, site: trust.Trust,
     entry = next(e for e in manifest["files"] if e["path"] == IMAGES)
     on_line(f"bundle: verified {verified.files} files (signature {verified.signature}); "
             "loading")
-    wanted = tuple(str(i["id"]) for i in manifest["images"])
+    wanted = tuple(id_after_load(engine, i) for i in manifest["images"])
     # Only images this load brought in are taken back on failure, never older ones.
     new = tuple(i for i in wanted if engine.image_info(i) is None)
     with _images_stream(source) as handle:

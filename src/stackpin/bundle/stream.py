@@ -1,63 +1,23 @@
-"""The save stream: docker save -> normalised tar -> zstd -> file, hashed in one pass."""
+"""The save stream: docker save -> layers spooled uncompressed -> OCI layout -> zstd -> file."""
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
+import itertools
 import os
-from collections.abc import Iterable, Sequence
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 import zstandard
 
 from stackpin.bundle.format import ZSTD_LEVEL, StreamStats
-from stackpin.engine import Engine, SaveRequest
-from stackpin.errors import BundleError
-
-# --- the save stream: normalised, compressed and hashed in one pass -------------------
-
-
-class _Chunks:
-    """Exact reads and zero-copy pass-through over an iterator of byte chunks."""
-
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._chunks = iter(chunks)
-        self._pending = memoryview(b"")
-
-    def _fill(self) -> bool:
-        while not self._pending:
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                return False
-            self._pending = memoryview(chunk)
-        return True
-
-    def read(self, size: int) -> bytes:
-        """Exactly ``size`` bytes, or fewer only at the end of the stream."""
-        parts = []
-        while size and self._fill():
-            part = self._pending[:size]
-            self._pending = self._pending[len(part):]
-            parts.append(bytes(part))
-            size -= len(part)
-        return b"".join(parts)
-
-    def copy(self, size: int, sink: IO[bytes] | io.RawIOBase) -> None:
-        while size:
-            if not self._fill():
-                msg = "the Docker daemon ended the save stream early; export again"
-                raise BundleError(msg)
-            part = self._pending[:size]
-            self._pending = self._pending[len(part):]
-            sink.write(part)
-            size -= len(part)
-
-    def rest(self, sink: IO[bytes] | io.RawIOBase) -> None:
-        while self._fill():
-            sink.write(self._pending)
-            self._pending = memoryview(b"")
+from stackpin.engine import Engine, SaveRequest, chunk_stream
+from stackpin.engine.save_format import LayoutImage, read_save, write_layout
 
 
 class CompressingSink(io.RawIOBase):
@@ -97,67 +57,53 @@ class CompressingSink(io.RawIOBase):
             self.bytes += len(data)
 
 
-def sorted_save_manifest(data: bytes) -> bytes:
-    """The save archive's manifest.json with its entries and tags in a fixed order."""
-    entries = json.loads(data)
-    for entry in entries:
-        entry["RepoTags"] = sorted(entry.get("RepoTags") or [])
-    entries.sort(key=lambda e: (e.get("Config", ""), e["RepoTags"]))
-    return json.dumps(entries, separators=(",", ":")).encode() + b"\n"
+@dataclass(frozen=True, kw_only=True)
+class BundledImage:
+    """The two IDs an image of the bundle gets when it is loaded (identity per store)."""
+
+    source_id: str  # its ID in the exporting engine
+    config_digest: str  # its ID once loaded into a classic store (and Engine 20.10)
+    manifest_digest: str  # its ID once loaded into a containerd image store
 
 
-def _tar_size(field: bytes) -> int:
-    if field[0] & 0x80:  # base-256, for members of 8 GiB and more
-        return int.from_bytes(field[1:], "big")
-    return int(field.rstrip(b"\0 ").strip() or b"0", 8)
+def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: int
+                 ) -> tuple[StreamStats, dict[str, BundledImage]]:
+    """Save ``names`` as one stream and write it, rewritten, compressed and hashed, to ``path``.
 
-
-def _tar_header_with_size(header: bytes, size: int) -> bytes:
-    block = bytearray(header)
-    block[124:136] = b"%011o\0" % size
-    block[148:156] = b" " * 8  # the checksum counts its own field as spaces
-    block[148:156] = b"%06o\0 " % sum(block)
-    return bytes(block)
-
-
-def normalize_save_stream(chunks: Iterable[bytes], sink: IO[bytes] | io.RawIOBase) -> None:
-    """Copy a ``docker save`` tar to ``sink``, fixing its one unordered file.
-
-    Headers and data pass through byte for byte (zero-copy: this runs at the daemon's
-    speed), except the top-level ``manifest.json``, whose entries are sorted and whose
-    header gets the new size and checksum.
+    The engine's stream (either layout; gzip layers from a containerd store) is read once,
+    its layers spooled uncompressed beside ``path``; then the OCI layout of the same
+    images, configs unchanged, is written in a fixed order (save_format.write_layout), so
+    zstd sees raw tar whatever the store and the bundle loads into either store under IDs
+    known now. Returns the stream's figures and each image's IDs by its source ID.
     """
-    stream = _Chunks(chunks)
-    while True:
-        header = stream.read(512)
-        if len(header) < 512:
-            msg = "the Docker daemon ended the save stream early; export again"
-            raise BundleError(msg)
-        if header == bytes(512):  # end of archive: the rest is zero padding
-            sink.write(header)
-            stream.rest(sink)
-            return
-        size = _tar_size(header[124:136])
-        padded = -(-size // 512) * 512
-        is_manifest = (header[0:100].rstrip(b"\0") == b"manifest.json"
-                       and header[156:157] in (b"0", b"\0") and not header[345:500].strip(b"\0"))
-        if not is_manifest:
-            sink.write(header)
-            stream.copy(padded, sink)
-            continue
-        body = sorted_save_manifest(stream.read(size))
-        stream.read(padded - size)
-        sink.write(_tar_header_with_size(header, len(body)))
-        sink.write(body + bytes(-len(body) % 512))
+    version = engine.version()
+    with tempfile.TemporaryDirectory(prefix=".layers-", dir=path.parent) as spool:
+        count = itertools.count()
 
+        def keep(data: IO[bytes]) -> Path:
+            layer = Path(spool) / f"{next(count)}.tar"
+            with layer.open("wb") as out:
+                shutil.copyfileobj(data, out, 1 << 20)
+            return layer
 
-def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: int) -> StreamStats:
-    with path.open("wb") as out:
-        sink = CompressingSink(out, threads=threads)
-        normalize_save_stream(engine.save(SaveRequest(images=tuple(sorted(names)))), sink)
-        stats = sink.finish()
-        out.flush()
-        os.fsync(out.fileno())
-    return stats
-
-
+        saved = read_save(chunk_stream(engine.save(SaveRequest(images=tuple(sorted(names))))),
+                          keep)
+        entries = sorted(saved.entries, key=lambda e: e.config_digest)
+        layout = write_layout([LayoutImage(
+            config=entry.config_bytes,
+            layers=[(layer.diff_id, layer.value) for layer in saved.layers_of(entry)],
+            tags=entry.repo_tags,
+        ) for entry in entries])
+        bundled = {
+            version.image_id(config_digest=e.config_digest, manifest_digest=e.manifest_digest):
+                BundledImage(source_id="", config_digest=config, manifest_digest=manifest)
+            for e, (config, manifest) in zip(entries, layout.ids, strict=True)
+        }
+        with path.open("wb") as out:
+            sink = CompressingSink(out, threads=threads)
+            for chunk in layout.chunks:
+                sink.write(chunk)
+            stats = sink.finish()
+            out.flush()
+            os.fsync(out.fileno())
+    return stats, {k: replace(v, source_id=k) for k, v in bundled.items()}

@@ -66,6 +66,7 @@ class SavedEntry:
     """One image of the archive (an entry of its ``manifest.json``)."""
 
     config: Mapping[str, Any]
+    config_bytes: bytes  # as the engine stored it (its digest is config_digest)
     config_digest: str
     manifest_digest: str  # its OCI manifest; "" in a docker-archive
     repo_tags: tuple[str, ...]
@@ -181,7 +182,8 @@ def _contents(
             msg = f"the save stream lacks the layer {missing[0]} that manifest.json lists"
             raise HostEnvironmentError(msg)
         entries.append(SavedEntry(
-            config=json.loads(config_bytes), config_digest=config_digest,
+            config=json.loads(config_bytes), config_bytes=config_bytes,
+            config_digest=config_digest,
             manifest_digest=manifests.get(config_digest, ""),
             repo_tags=tuple(item.get("RepoTags") or ()), layer_members=members,
         ))
@@ -209,15 +211,42 @@ def _manifest_digests(documents: Mapping[str, bytes]) -> dict[str, str]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ImageLayout:
-    """A one-image archive to load, and the two IDs it will have."""
+class LayoutImage:
+    """One image to write: its config bytes, its layer tars in config order, its tags."""
 
-    config_digest: str  # the image ID on the classic store (and Engine 20.10)
-    manifest_digest: str  # the image ID on the containerd image store
+    config: bytes
+    layers: Sequence[tuple[str, Path]]  # (diff_id, uncompressed tar); repeats allowed
+    tags: Sequence[str] = ()
+
+    @property
+    def manifest(self) -> bytes:
+        sizes = {diff_id: path.stat().st_size for diff_id, path in self.layers}
+        return canonical_bytes({
+            "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": OCI_CONFIG, "digest": sha256_digest(self.config),
+                       "size": len(self.config)},
+            "layers": [{"mediaType": OCI_LAYER, "digest": diff_id, "size": sizes[diff_id]}
+                       for diff_id, _ in self.layers],
+        })
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageLayout:
+    """An archive to load, and the two IDs each of its images will have."""
+
+    ids: tuple[tuple[str, str], ...]  # (config digest, manifest digest) per image, in order
     chunks: Iterator[bytes]
 
+    @property
+    def config_digest(self) -> str:  # the image ID on the classic store (and Engine 20.10)
+        return self.ids[0][0]
+
+    @property
+    def manifest_digest(self) -> str:  # the image ID on the containerd image store
+        return self.ids[0][1]
+
     def is_image(self, image_id: str) -> bool:
-        return image_id in (self.config_digest, self.manifest_digest)
+        return image_id in self.ids[0]
 
 
 def image_layout(
@@ -227,30 +256,32 @@ def image_layout(
     tags: Sequence[str] = (),
     mtime: int = 0,
 ) -> ImageLayout:
-    """The OCI layout (plus ``manifest.json``) of one image whose layers are tar files.
+    """The layout of one image whose layers are tar files (see ``write_layout``)."""
+    return write_layout([LayoutImage(config=config, layers=layers, tags=tags)], mtime=mtime)
 
-    ``layers`` are (diff_id, path) pairs in config order; a layer listed twice is stored
-    once. Layers go uncompressed: the digest of each blob is its diff_id.
+
+def write_layout(images: Sequence[LayoutImage], *, mtime: int = 0) -> ImageLayout:
+    """The OCI layout (plus ``manifest.json``) of several images, in a fixed order.
+
+    Layers go uncompressed (the digest of each blob is its diff_id) and once, however many
+    images or places list them; blobs come sorted by digest, then index.json,
+    manifest.json and oci-layout: the same images give the same bytes on every engine.
     """
-    descriptors = [
-        {"mediaType": OCI_LAYER, "digest": diff_id, "size": path.stat().st_size}
-        for diff_id, path in layers
-    ]
-    manifest = canonical_bytes({
-        "schemaVersion": 2, "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": OCI_CONFIG, "digest": sha256_digest(config), "size": len(config)},
-        "layers": descriptors,
-    })
-    manifest_digest = sha256_digest(manifest)
+    manifests = [image.manifest for image in images]
     index = canonical_bytes({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
-        {"mediaType": OCI_MANIFEST, "digest": manifest_digest, "size": len(manifest),
-         **({"annotations": _name_annotations(tags[0])} if tags else {})}
+        {"mediaType": OCI_MANIFEST, "digest": sha256_digest(manifest), "size": len(manifest),
+         **({"annotations": _name_annotations(tag)} if tag else {})}
+        for image, manifest in zip(images, manifests, strict=True)
+        for tag in (sorted(image.tags) or [""])
     ]})
-    return ImageLayout(
-        config_digest=sha256_digest(config),
-        manifest_digest=manifest_digest,
-        chunks=_layout_chunks(config, manifest, index, layers, tags, mtime),
-    )
+    docker_manifest = canonical_bytes([{
+        "Config": _blob(sha256_digest(image.config)), "RepoTags": sorted(image.tags),
+        "Layers": [_blob(diff_id) for diff_id, _ in image.layers],
+    } for image in images])
+    ids = tuple((sha256_digest(image.config), sha256_digest(manifest))
+                for image, manifest in zip(images, manifests, strict=True))
+    return ImageLayout(ids=ids, chunks=_layout_chunks(images, manifests, index, docker_manifest,
+                                                      mtime))
 
 
 def _name_annotations(reference: str) -> dict[str, str]:
@@ -265,22 +296,20 @@ def _blob(digest: str) -> str:
 
 
 def _layout_chunks(
-    config: bytes, manifest: bytes, index: bytes, layers: Sequence[tuple[str, Path]],
-    tags: Sequence[str], mtime: int,
+    images: Sequence[LayoutImage], manifests: Sequence[bytes], index: bytes,
+    docker_manifest: bytes, mtime: int,
 ) -> Iterator[bytes]:
-    written: set[str] = set()
-    for diff_id, path in layers:
-        if diff_id not in written:
-            written.add(diff_id)
-            with path.open("rb") as data:
-                yield from tar_member(_blob(diff_id), data, path.stat().st_size, mtime=mtime)
-    for document in (config, manifest):
-        yield from tar_member(_blob(sha256_digest(document)), io.BytesIO(document),
-                              len(document), mtime=mtime)
-    docker_manifest = canonical_bytes([{
-        "Config": _blob(sha256_digest(config)), "RepoTags": list(tags),
-        "Layers": [_blob(diff_id) for diff_id, _ in layers],
-    }])
+    files = {diff_id: path for image in images for diff_id, path in image.layers}
+    documents = {sha256_digest(d): d for d in [*(i.config for i in images), *manifests]}
+    for digest in sorted({*files, *documents}):
+        if digest in files:
+            with files[digest].open("rb") as data:
+                yield from tar_member(_blob(digest), data, files[digest].stat().st_size,
+                                      mtime=mtime)
+        else:
+            document = documents[digest]
+            yield from tar_member(_blob(digest), io.BytesIO(document), len(document),
+                                  mtime=mtime)
     layout = b'{"imageLayoutVersion":"1.0.0"}'
     for name, document in (("index.json", index), ("manifest.json", docker_manifest),
                            ("oci-layout", layout)):
