@@ -22,6 +22,7 @@ VERB_MODULES = (
     "rebuild_cmd",
     "ci_cmd",
     "report_cmd",
+    "doctor_cmd",
 )
 
 

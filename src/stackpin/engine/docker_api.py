@@ -38,12 +38,14 @@ from stackpin.engine.docker_build import (
 from stackpin.engine.types import (
     BuildRequest,
     BuildResult,
+    EngineReport,
     EngineVersion,
     ImageInfo,
     LoadResult,
     RunRequest,
     RunResult,
     SaveRequest,
+    engine_report,
     image_info_from_inspect,
     store_of,
 )
@@ -230,6 +232,11 @@ class DockerEngine:
             arch=str(data.get("Arch", "")),
             store=store_of(self._api.info()),
         )
+
+    @_needs_daemon
+    def report(self) -> EngineReport:
+        """Version, store, cgroups, runtimes and security options, for `stackpin doctor`."""
+        return engine_report(self.version(), self._api.info())
 
     # images ---------------------------------------------------------------------------
 

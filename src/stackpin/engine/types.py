@@ -137,6 +137,32 @@ class EngineVersion:
         return manifest_digest if self.store == "containerd" else config_digest
 
 
+@dataclass(frozen=True, kw_only=True)
+class EngineReport:
+    """What `stackpin doctor` reports about the engine (from /version and /info)."""
+
+    version: EngineVersion
+    cgroup_version: str
+    cgroup_driver: str
+    runtimes: tuple[str, ...]
+    default_runtime: str
+    security_options: tuple[str, ...]  # "name=seccomp,profile=builtin", "name=userns", ...
+    buildkit: bool  # the daemon serves BuildKit builds (API 1.39+: the embedded BuildKit)
+
+
+def engine_report(version: EngineVersion, info: Mapping[str, Any]) -> EngineReport:
+    api = tuple(int(p) for p in version.api_version.split(".")[:2] if p.isdigit())
+    return EngineReport(
+        version=version,
+        cgroup_version=str(info.get("CgroupVersion") or "1"),
+        cgroup_driver=str(info.get("CgroupDriver") or ""),
+        runtimes=tuple(sorted(info.get("Runtimes") or {})),
+        default_runtime=str(info.get("DefaultRuntime") or ""),
+        security_options=tuple(str(o) for o in info.get("SecurityOptions") or ()),
+        buildkit=api >= (1, 39),
+    )
+
+
 def store_of(info: Mapping[str, Any]) -> str:
     """The image store named by the daemon's ``/info`` document."""
     status = {str(k): str(v) for k, v in info.get("DriverStatus") or ()}

@@ -1,0 +1,68 @@
+"""`stackpin doctor`: what the engine is, and the combinations that cannot work (pure).
+
+The report joins the daemon's answer (``EngineReport``) with the client side: whether the
+docker CLI has the buildx plugin (the BuildKit client stackpin's bake file is built with).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stackpin.engine.types import EngineReport
+
+
+@dataclass(frozen=True, kw_only=True)
+class Diagnosis:
+    report: EngineReport
+    buildx: str  # the buildx plugin's version, "" when the docker CLI has none
+
+    @property
+    def builder(self) -> str:
+        """The builder `docker build` uses here: BuildKit through buildx, else classic."""
+        return "buildkit" if self.buildx and self.report.buildkit else "classic"
+
+    def problems(self) -> list[str]:
+        """One line for each combination that cannot work, saying how to fix it."""
+        found = []
+        options = " ".join(self.report.security_options)
+        store = self.report.version.store
+        if "name=userns" in options and store == "containerd":
+            found.append(
+                "userns-remap is on with the containerd image store, which does not support "
+                "it: turn one off in daemon.json (\"userns-remap\" or "
+                "features.containerd-snapshotter)"
+            )
+        if "runc" not in self.report.runtimes:
+            found.append("the daemon lists no runc runtime: install runc and restart dockerd")
+        major = self.report.version.version.split(".")[0]
+        if major.isdigit() and int(major) < 20:
+            found.append(
+                f"Docker {self.report.version.version} is older than 20.10, the oldest engine "
+                "stackpin is tested on: upgrade the engine"
+            )
+        return found
+
+    def to_json(self) -> dict[str, object]:
+        version = self.report.version
+        return {
+            "engine": version.version, "api_version": version.api_version,
+            "os": version.os, "arch": version.arch, "store": version.store,
+            "builder": self.builder, "buildkit": self.report.buildkit, "buildx": self.buildx,
+            "cgroup_version": self.report.cgroup_version,
+            "cgroup_driver": self.report.cgroup_driver,
+            "runtimes": list(self.report.runtimes),
+            "default_runtime": self.report.default_runtime,
+            "security_options": list(self.report.security_options),
+            "problems": self.problems(),
+        }
+
+    def lines(self) -> list[str]:
+        data = self.to_json()
+        keys = ("engine", "api_version", "store", "builder", "buildkit", "buildx",
+                "cgroup_version", "cgroup_driver", "runtimes", "default_runtime")
+        rows = []
+        for key in keys:
+            value = data[key]
+            shown = ", ".join(value) if isinstance(value, list) else str(value or "-")
+            rows.append(f"{key.replace('_', ' ')}: {shown}")
+        return rows

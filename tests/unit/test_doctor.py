@@ -1,0 +1,65 @@
+"""`stackpin doctor`'s rules on the daemon's own documents (shapes as Engine 28 sends them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stackpin.doctor import Diagnosis
+from stackpin.engine.types import EngineVersion, engine_report, store_of
+
+INFO_28_CONTAINERD = {
+    "Driver": "overlayfs", "DriverStatus": [["driver-type", "io.containerd.snapshotter.v1"]],
+    "CgroupVersion": "2", "CgroupDriver": "systemd", "DefaultRuntime": "runc",
+    "Runtimes": {"io.containerd.runc.v2": {}, "runc": {}},
+    "SecurityOptions": ["name=seccomp,profile=builtin", "name=cgroupns"],
+}
+INFO_20_CLASSIC = {
+    "Driver": "overlay2", "DriverStatus": [["Backing Filesystem", "extfs"]],
+    "CgroupVersion": "1", "CgroupDriver": "cgroupfs", "DefaultRuntime": "runc",
+    "Runtimes": {"runc": {}}, "SecurityOptions": ["name=seccomp,profile=default"],
+}
+
+
+def diagnosis(info: dict, *, version: str = "28.5.2", api: str = "1.51",
+              buildx: str = "0.29.1") -> Diagnosis:
+    engine = EngineVersion(version=version, api_version=api, os="linux", arch="amd64",
+                           store=store_of(info))
+    return Diagnosis(report=engine_report(engine, info), buildx=buildx)
+
+
+def test_a_sound_engine_has_no_problem_and_reports_its_store_and_builder():
+    found = diagnosis(INFO_28_CONTAINERD)
+    assert found.problems() == []
+    data = found.to_json()
+    assert (data["store"], data["builder"], data["cgroup_version"]) == (
+        "containerd", "buildkit", "2")
+    assert data["runtimes"] == ["io.containerd.runc.v2", "runc"]
+    assert diagnosis(INFO_20_CLASSIC, version="20.10.24", api="1.41").to_json()["store"] == (
+        "classic")
+
+
+def test_without_buildx_or_daemon_buildkit_the_builder_is_classic():
+    assert diagnosis(INFO_28_CONTAINERD, buildx="").builder == "classic"
+    assert diagnosis(INFO_20_CLASSIC, api="1.38").builder == "classic"
+
+
+@pytest.mark.parametrize(("store_info", "userns", "expected"), [
+    (INFO_28_CONTAINERD, True, 1),
+    (INFO_28_CONTAINERD, False, 0),
+    (INFO_20_CLASSIC, True, 0),  # userns-remap works with the classic store
+])
+def test_userns_remap_with_the_containerd_store_is_one_line(store_info, userns, expected):
+    info = dict(store_info)
+    if userns:
+        info["SecurityOptions"] = [*info["SecurityOptions"], "name=userns"]
+    problems = diagnosis(info).problems()
+    assert len(problems) == expected
+    if expected:
+        assert "userns-remap" in problems[0] and "daemon.json" in problems[0]
+        assert "\n" not in problems[0]
+
+
+def test_a_daemon_without_runc_or_too_old_is_reported():
+    no_runc = {**INFO_20_CLASSIC, "Runtimes": {"crun": {}}}
+    assert ["runc" in p for p in diagnosis(no_runc).problems()] == [True]
+    assert "older than 20.10" in diagnosis(INFO_20_CLASSIC, version="19.03.15").problems()[0]
