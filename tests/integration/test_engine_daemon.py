@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import subprocess
+import sys
 import tarfile
 import time
 import uuid
@@ -374,3 +376,16 @@ def test_a_written_layout_loads_under_the_id_the_store_gives_it(docker_engine, t
                                                 manifest_digest=written.manifest_digest)
     assert loaded.image_ids == (expected,)
     assert docker_engine.image_info(tag).diff_ids == (diff_id,)
+
+
+def test_doctor_reports_the_engine_and_its_store(docker_engine):
+    done = subprocess.run([sys.executable, "-m", "stackpin.cli.main", "doctor", "--json"],
+                          capture_output=True, text=True, check=False,
+                          env={**os.environ, "DOCKER_HOST": docker_engine.url})
+
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    version = docker_engine.version()
+    assert (report["engine"], report["store"]) == (version.version, version.store)
+    assert report["problems"] == []
+    assert "runc" in report["runtimes"]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import CPU_CELL, stackpin_cli
+from tests.integration.conftest import matrix_hosts
 from tests.integration.test_reproducible import stackpin
 
 from stackpin.engine import RunRequest
@@ -135,37 +136,78 @@ def test_rebuild_check_elsewhere_gives_the_same_identity(matrix_engine, matrix_b
     assert "Using cache" not in log  # the second build ran every step
 
 
-def test_bundle_export_verify_load_and_start(matrix_engine, matrix_build, tmp_path):
+@pytest.fixture(scope="session")
+def matrix_bundle(matrix_engine, matrix_build, tmp_path_factory) -> tuple[Path, Path]:
+    """The signed bundle of the matrix image, exported from the engine under test."""
     copy = Path(str(matrix_build["checkout"]))
-    image_id = str(matrix_build["image_id"])
-    keys, site = tmp_path / "keys", tmp_path / "site"
+    work = tmp_path_factory.mktemp("matrix-bundle")
+    keys, site = work / "keys", work / "site"
     assert stackpin(copy, "keys", "generate", "-o", str(keys)).returncode == 0
     done = stackpin(copy, "bundle", "export", MATRIX_CELL, "-o", str(site), "--sign-key",
                     str(keys / "stackpin.key"), env=on(matrix_engine))
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    return site, keys / "stackpin.pub"
+
+
+def _id_after_load(engine: DockerEngine, image: dict[str, str]) -> str:
+    return engine.version().image_id(config_digest=image["config_digest"],
+                                     manifest_digest=image["manifest_digest"])
+
+
+def test_bundle_export_verify_load_and_start(matrix_engine, matrix_build, matrix_bundle):
+    copy = Path(str(matrix_build["checkout"]))
+    site, pubkey = matrix_bundle
+    image_id = str(matrix_build["image_id"])
     (image,) = json.loads((site / "manifest.json").read_bytes())["images"]
     assert image["id"] == image_id
+    # The classic store names the bundled image as the engine did; the containerd store by
+    # the manifest of the bundle's uncompressed layout.
+    assert (image["config_digest"] == image_id) is (matrix_engine.version().store == "classic")
 
-    done = stackpin(copy, "bundle", "verify", str(site), "--pubkey", str(keys / "stackpin.pub"))
+    done = stackpin(copy, "bundle", "verify", str(site), "--pubkey", str(pubkey))
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
 
     _remove_tags(matrix_engine, image_id)
-    done = stackpin(copy, "bundle", "load", str(site), "--pubkey", str(keys / "stackpin.pub"),
-                    "--json", env=on(matrix_engine))
+    done = stackpin(copy, "bundle", "load", str(site), "--pubkey", str(pubkey), "--json",
+                    env=on(matrix_engine))
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    assert json.loads(done.stdout)["loaded"] == [image_id]
+    loaded_id = _id_after_load(matrix_engine, image)
+    assert json.loads(done.stdout)["loaded"] == [loaded_id]
 
-    _remove_tags(matrix_engine, image_id)
-    done = subprocess.run(["bash", str(site / "bin" / "load.sh"), "--pubkey",
-                           str(keys / "stackpin.pub")], capture_output=True, text=True,
-                          env={**os.environ, **on(matrix_engine)}, timeout=1800)
+    _remove_tags(matrix_engine, loaded_id)
+    done = subprocess.run(["bash", str(site / "bin" / "load.sh"), "--pubkey", str(pubkey)],
+                          capture_output=True, text=True, env={**os.environ, **on(matrix_engine)},
+                          timeout=1800)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    loaded = matrix_engine.image_info(image_id)
+    assert f"loaded {loaded_id}" in done.stdout
+    loaded = matrix_engine.image_info(loaded_id)
     assert loaded is not None
     assert set(image["tags"]) <= set(loaded.tags)
+    _assert_starts(matrix_engine, image["tags"][0])
 
-    started = matrix_engine.run_to_completion(
-        RunRequest(image=image["tags"][0], network_mode="none",
+
+def test_the_bundle_loads_into_every_engine_of_the_matrix(matrix_engine, matrix_bundle):
+    site, pubkey = matrix_bundle
+    (image,) = json.loads((site / "manifest.json").read_bytes())["images"]
+    for name, host in matrix_hosts():
+        with DockerEngine.connect(environ={**os.environ, "DOCKER_HOST": host}) as target:
+            loaded_id = _id_after_load(target, image)
+            if target.image_info(loaded_id) is not None:
+                _remove_tags(target, loaded_id)
+            try:
+                done = stackpin(site.parent, "bundle", "load", str(site), "--pubkey",
+                                str(pubkey), "--json", env={"DOCKER_HOST": host})
+                assert done.returncode == 0, f"{name}: {done.stdout}\n{done.stderr}"
+                assert json.loads(done.stdout)["loaded"] == [loaded_id], name
+                _assert_starts(target, image["tags"][0])
+            finally:
+                if target.url != matrix_engine.url:
+                    _remove_tags(target, loaded_id)
+
+
+def _assert_starts(engine: DockerEngine, reference: str) -> None:
+    started = engine.run_to_completion(
+        RunRequest(image=reference, network_mode="none",
                    labels={"io.stackpin.test": uuid.uuid4().hex}), timeout_s=120)
     assert (started.exit_code, started.stdout) == (0, f"{MATRIX_CELL}\n"), started.logs
 
@@ -175,5 +217,6 @@ def _remove_tags(engine: DockerEngine, image_id: str) -> None:
     info = engine.image_info(image_id)
     for tag in info.tags if info else ():
         engine.remove_image(tag)
-    engine.remove_image(image_id, force=True)
+    if engine.image_info(image_id) is not None:
+        engine.remove_image(image_id, force=True)
     assert engine.image_info(image_id) is None
