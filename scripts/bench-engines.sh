@@ -12,7 +12,7 @@
 # Needs: scripts/setup-host.sh --engines done, the CPU default's wheelhouse fetched.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-sp="$PWD/.venv/bin/stackpin"
+sp=${STACKPIN:-$PWD/.venv/bin/stackpin}
 cell=cpu-bookworm-torch2130-py311
 work=$(mktemp -d /tmp/stackpin-bench-engines.XXXXXX)
 trap 'rm -rf "$work"' EXIT
