@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as metadata
+import json
 import os
 import py_compile
 import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 _OPS = {
     "<": lambda a, b: a < b,
@@ -65,6 +67,33 @@ def problems(python_tag: str, torch_pin: str, numpy_constraint: str) -> list[str
     return found
 
 
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed_versions() -> dict[str, str]:
+    """Every distribution in this environment by normalised name."""
+    return {_normal(d.metadata["Name"]): d.version for d in metadata.distributions()}
+
+
+def boundary_problems(image: dict[str, Any], installed: dict[str, str]) -> list[str]:
+    """The vendor boundary of image.json: nothing excluded, every provided one the vendor's."""
+    found = []
+    for name, reason in sorted(image.get("excluded", {}).items()):
+        if _normal(name) in installed:
+            found.append(f"{name} {installed[_normal(name)]} is installed but excluded "
+                         f"on this cell ({reason})")
+    for name, entry in sorted(image.get("provided", {}).items()):
+        have = installed.get(_normal(name))
+        if have is None:
+            found.append(f"{name} is not installed; the cell expects the vendor's "
+                         f"{entry['version']} ({entry['by']})")
+        elif have.lower() != entry["version"].lower():
+            found.append(f"{name} is {have}, not the vendor's {entry['version']} "
+                         "(an index build replaced the vendor file)")
+    return found
+
+
 def _compile_one(path: str) -> str:
     """Compile one file; return its path when this interpreter cannot parse it."""
     try:
@@ -99,8 +128,13 @@ def main() -> int:
     parser.add_argument("--torch", required=True, help="exact torch version with local label")
     parser.add_argument("--numpy", required=True, help="numpy constraint, e.g. <2")
     parser.add_argument("--compile", metavar="DIR", help="then byte-compile DIR (unchecked-hash)")
+    parser.add_argument("--boundary", metavar="IMAGE_JSON",
+                        help="check the vendor boundary (provided, excluded) of image.json")
     args = parser.parse_args()
     found = problems(args.python, args.torch, args.numpy)
+    if args.boundary:
+        image = json.loads(Path(args.boundary).read_text(encoding="utf-8"))
+        found += boundary_problems(image, installed_versions())
     for line in found:
         print(f"stackpin guard: {line}", file=sys.stderr)
     if found:

@@ -23,6 +23,7 @@ from stackpin.abi import (
     platform_fits,
     python_tag_fits,
 )
+from stackpin.boundary import declaration_problems
 from stackpin.errors import ValidationError
 from stackpin.matrix import Cell, PinnedWheel, pinned_wheels
 from stackpin.untrusted import shown
@@ -589,7 +590,14 @@ def _platform_name(cell: Cell) -> str:
     return f"{name} {cell.platform_version}" if cell.platform_version else name
 
 
+def _boundary(ctx: _Context) -> Iterator[Violation]:
+    for field, expected, found, fix, level in declaration_problems(ctx.cell):
+        yield ctx.violation(field, expected, found, fix, "warning" if level == "warning" else
+                            "error")
+
+
 _RULES: tuple[Callable[[_Context], Iterator[Violation]], ...] = (
+    _boundary,
     _filenames,
     _python_tags,
     _platform_tags,

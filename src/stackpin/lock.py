@@ -14,26 +14,26 @@ import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from packaging.utils import (
-    InvalidWheelFilename,
-    canonicalize_name,
-    parse_wheel_filename,
-)
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from stackpin.boundary import vendor_pins
 from stackpin.errors import ConfigurationError, ValidationError
-from stackpin.matrix import Cell, PinnedWheel, cell_json
+from stackpin.matrix import Cell, cell_json, pinned_wheels
 from stackpin.primitives import pretty_json
+from stackpin.resolve import Pip, Resolution, resolve_cell
 
-LOCK_VERSION = 1
-Group = Literal["vendor", "stack", "attention"]
+LOCK_VERSION = 2
+# 'base' = provided by the base image: recorded, checked in the image, never installed.
+Group = Literal["vendor", "stack", "attention", "base"]
 # Install order = layer order: the big ABI-bound wheels first (they change least), the
 # attention wheel last so the stable and enhanced images share every earlier layer.
 GROUPS: tuple[Group, ...] = ("vendor", "stack", "attention")
+Source = Literal["index", "vendor", "base"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,7 +43,9 @@ class LockedWheel:
     filename: str
     sha256: str
     group: Group
-    source: Literal["index", "vendor"]
+    source: Source
+    # Provenance: the index URL, "vendor file wheels/vendor/<file>" or "base image <ref>".
+    origin: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +58,9 @@ class Lock:
     base_digest: str
     wheels: tuple[LockedWheel, ...]
     missing: tuple[str, ...] = ()
+    resolution_key: str = ""
+    excluded: Mapping[str, str] = field(default_factory=dict)
+    dropped: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -70,6 +75,9 @@ class Lock:
             "source_date_epoch": self.source_date_epoch,
             "base": {"reference": self.base_reference, "digest": self.base_digest},
             "missing": list(self.missing),
+            "resolution": {"resolver": "pip", "key": self.resolution_key},
+            "excluded": dict(self.excluded),
+            "dropped": [{"of": o, "requirement": r, "reason": why} for o, r, why in self.dropped],
             "wheels": [
                 {
                     "name": w.name,
@@ -78,6 +86,7 @@ class Lock:
                     "sha256": w.sha256,
                     "group": w.group,
                     "source": w.source,
+                    "origin": w.origin,
                 }
                 for w in self.wheels
             ],
@@ -98,6 +107,14 @@ class Lock:
         """Distribution name -> exact version of everything the lock installs."""
         return {w.name: w.version for w in self.wheels}
 
+    def installed(self) -> tuple[LockedWheel, ...]:
+        """What the build installs: everything but what the base image provides."""
+        return tuple(w for w in self.wheels if w.group != "base")
+
+    def vendor_files(self) -> tuple[LockedWheel, ...]:
+        """The files a release engineer drops into wheels/vendor/ by hand."""
+        return tuple(w for w in self.wheels if w.source == "vendor")
+
 
 def cell_digest(cell: Cell) -> str:
     return hashlib.sha256(cell_json(cell).encode()).hexdigest()
@@ -113,114 +130,72 @@ def wheel_name_version(filename: str) -> tuple[str, str]:
     return str(name), str(version)
 
 
-def _pinned_groups(cell: Cell) -> dict[str, tuple[Group, PinnedWheel]]:
-    pinned: dict[str, tuple[Group, PinnedWheel]] = {
-        w.filename: ("vendor", w) for w in (cell.torch, *cell.vendor_wheels)
-    }
-    if cell.attention is not None and cell.locks_attention:
-        pinned[cell.attention.filename] = ("attention", cell.attention)
-    return pinned
-
-
-def build_lock(
-    cell: Cell,
-    wheelhouse: Mapping[str, str],
-    *,
-    base_reference: str,
-    base_digest: str = "",
+def lock_from_resolution(
+    cell: Cell, resolution: Resolution, *, base_reference: str, base_digest: str = ""
 ) -> Lock:
-    """Lock a cell against a wheelhouse listing {filename: sha256}.
+    """Lock a cell from its resolved closure: every distribution, where it comes from, hash.
 
-    Pinned wheels must be present with their pinned sha256; a pinned wheel that is absent
-    is recorded as missing (an incomplete lock, which the build refuses). Every other file
-    is a stack wheel; one version per distribution, and the stack table's versions must be
-    the ones found.
+    Index files carry pip's reported sha256; vendor files carry the matrix's pinned sha256
+    (empty until the release engineer pins it: the lock is then incomplete and the build
+    refuses it); base-image distributions are recorded, never installed.
     """
-    pinned = _pinned_groups(cell)
+    if not resolution.ok:
+        msg = f"{cell.id}: cannot lock: {resolution.conflicts[0].message}"
+        raise ValidationError(msg, details=[str(c) for c in resolution.conflicts])
+    groups = _groups(cell)
+    vendor = vendor_pins(cell)
     problems: list[str] = []
-    wheels: list[LockedWheel] = []
-    missing: list[str] = []
-    for filename, (group, pin) in sorted(pinned.items()):
-        found = wheelhouse.get(filename)
-        if found is None:
-            missing.append(filename)
-            continue
-        if pin.sha256 and pin.sha256 != found:
-            problems.append(
-                f"{filename}: sha256 {found} does not match the pinned {pin.sha256}; "
-                "the file is not the one the cell pins: fetch the right file"
-            )
-        name, version = wheel_name_version(filename)
-        wheels.append(
-            LockedWheel(
-                name=name, version=version, filename=filename, sha256=found,
-                group=group, source=pin.source,
-            )
-        )
-    for filename, sha in sorted(wheelhouse.items()):
-        if filename in pinned or _belongs_to_other_variant(cell, filename):
-            continue
-        name, version = wheel_name_version(filename)
-        wheels.append(
-            LockedWheel(
-                name=name, version=version, filename=filename, sha256=sha,
-                group="stack", source="index",
-            )
-        )
-    problems += _duplicate_dists(wheels) + _stack_mismatches(cell, wheels)
+    wheels = []
+    for entry in resolution.closure:
+        group = groups.get(entry.name, "stack")
+        if entry.origin == "vendor-wheel":
+            pin = vendor[entry.name]
+            wheels.append(LockedWheel(
+                name=entry.name, version=entry.version, filename=pin.filename,
+                sha256=pin.sha256, group=group, source="vendor",
+                origin=f"vendor file wheels/vendor/{pin.filename}"))
+        elif entry.origin == "base-image":
+            wheels.append(LockedWheel(
+                name=entry.name, version=entry.version, filename="", sha256="",
+                group="base", source="base", origin=f"base image {base_reference}"))
+        else:
+            problems += _pinned_index_mismatch(cell, entry.filename, entry.sha256)
+            wheels.append(LockedWheel(
+                name=entry.name, version=entry.version, filename=entry.filename,
+                sha256=entry.sha256, group=group, source="index", origin=entry.url))
     if problems:
-        msg = f"{cell.id}: the wheelhouse does not fit the cell: {problems[0]}"
-        raise ValidationError(
-            msg, details=problems
-        )
-    order = {g: i for i, g in enumerate(GROUPS)}
+        msg_0 = f"{cell.id}: {problems[0]}"
+        raise ValidationError(msg_0, details=problems)
+    order = {g: i for i, g in enumerate((*GROUPS, "base"))}
     wheels.sort(key=lambda w: (order[w.group], w.name, w.filename))
     return Lock(
-        cell=cell.id,
-        cell_digest=cell_digest(cell),
-        python=cell.python,
-        source_date_epoch=cell.source_date_epoch,
-        base_reference=base_reference,
-        base_digest=base_digest,
-        wheels=tuple(wheels),
-        missing=tuple(missing),
+        cell=cell.id, cell_digest=cell_digest(cell), python=cell.python,
+        source_date_epoch=cell.source_date_epoch, base_reference=base_reference,
+        base_digest=base_digest, wheels=tuple(wheels),
+        missing=tuple(sorted(w.filename for w in wheels if w.source == "vendor" and not w.sha256)),
+        resolution_key=resolution.key,
+        excluded=dict(sorted(cell.excluded.items())),
+        dropped=tuple((d.of, d.requirement, d.reason) for d in cell.dropped),
     )
 
 
-def _belongs_to_other_variant(cell: Cell, filename: str) -> bool:
-    # An attention wheel of a cell that builds no enhanced variant is ignored, not locked.
-    return cell.attention is not None and filename == cell.attention.filename
+def _groups(cell: Cell) -> dict[str, Group]:
+    """Layer group of the pinned ABI-bound wheels; everything else is 'stack'."""
+    groups: dict[str, Group] = {
+        str(canonicalize_name(w.filename.split("-")[0])): "vendor"
+        for w in (cell.torch, *cell.vendor_wheels)
+    }
+    if cell.attention is not None:  # installed by the enhanced variant only
+        groups[str(canonicalize_name(cell.attention.filename.split("-")[0]))] = "attention"
+    return groups
 
 
-def _duplicate_dists(wheels: list[LockedWheel]) -> list[str]:
-    seen: dict[str, str] = {}
-    problems = []
-    for wheel in wheels:
-        if wheel.name in seen and seen[wheel.name] != wheel.filename:
-            problems.append(
-                f"{wheel.name}: two files ({seen[wheel.name]}, {wheel.filename}); "
-                "keep one version per distribution in the wheelhouse"
-            )
-        seen[wheel.name] = wheel.filename
-    return problems
-
-
-def _stack_mismatches(cell: Cell, wheels: list[LockedWheel]) -> list[str]:
-    found = {w.name: w.version for w in wheels}
-    problems = []
-    for dist, version in sorted(cell.stack.items()):
-        have = found.get(str(canonicalize_name(dist)))
-        if have is None:
-            problems.append(
-                f"{dist}=={version} is pinned in the stack but not in the wheelhouse; "
-                f"run 'stackpin wheels fetch {cell.id}'"
-            )
-        elif have != version:
-            problems.append(
-                f"{dist}: the stack pins {version} but the wheelhouse has {have}; "
-                f"run 'stackpin wheels fetch {cell.id}'"
-            )
-    return problems
+def _pinned_index_mismatch(cell: Cell, filename: str, sha256: str) -> list[str]:
+    for _path, pin in pinned_wheels(cell):
+        if pin.source == "index" and pin.filename == filename and pin.sha256 not in ("", sha256):
+            return [f"{filename}: the index serves sha256 {sha256}, the cell pins {pin.sha256}; "
+                    "the file is not the one the cell pins: check the index or the pin"]
+    return []
 
 
 def parse_lock(text: str, *, source: str) -> Lock:
@@ -234,6 +209,7 @@ def parse_lock(text: str, *, source: str) -> Lock:
             LockedWheel(
                 name=w["name"], version=w["version"], filename=w["filename"],
                 sha256=w["sha256"], group=w["group"], source=w["source"],
+                origin=w["origin"],
             )
             for w in data["wheels"]
         )
@@ -245,7 +221,10 @@ def parse_lock(text: str, *, source: str) -> Lock:
             base_reference=data["base"]["reference"],
             base_digest=data["base"]["digest"],
             wheels=wheels,
-            missing=tuple(data.get("missing", ())),
+            missing=tuple(data["missing"]),
+            resolution_key=data["resolution"]["key"],
+            excluded=dict(data["excluded"]),
+            dropped=tuple((d["of"], d["requirement"], d["reason"]) for d in data["dropped"]),
         )
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         msg = f"{source}: not a stackpin lock ({exc!r}); re-create it with 'stackpin lock'"
@@ -290,3 +269,15 @@ def atomic_write(path: Path, *, mode: int = 0o644) -> Iterator[Path]:
 def write_text_atomic(path: Path, text: str) -> None:
     with atomic_write(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
+
+
+def relock(cell: Cell, root: Path, pip: Pip, *, base_reference: str) -> tuple[Lock, bool]:
+    """The cell's current lock, or a new one from a resolution (written); True when new."""
+    lock = read_lock(root, cell.id)
+    if lock is not None and stale_reason(lock, cell) is None:
+        return lock, False
+    resolution = resolve_cell(cell, pip)
+    lock = lock_from_resolution(cell, resolution, base_reference=base_reference,
+                                base_digest=cell.base.digest)
+    write_text_atomic(lock_path(root, cell.id), lock.text())
+    return lock, True

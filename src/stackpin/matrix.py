@@ -36,6 +36,7 @@ Platform = Literal["dtk", "rocm", "cuda", "cpu"]
 Variant = Literal["stable", "enhanced"]
 WheelSource = Literal["index", "vendor"]
 BitsAndBytes = Literal["disabled", "index", "vendor"]
+ProvidedBy = Literal["vendor-wheel", "base-image"]
 
 VARIANTS: tuple[Variant, ...] = ("stable", "enhanced")
 MAX_MATRIX_BYTES = 4 << 20
@@ -87,6 +88,51 @@ class PinnedWheel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Provided:
+    """A distribution the vendor wheels or the base image supply: never resolved from an index.
+
+    While resolving, a metadata-only placeholder wheel (this name, this version, these
+    requirements, no files) stands in for it, so the resolver treats the vendor build as
+    installed; the lock records who provides it.
+    """
+
+    id: str = field(metadata=_doc("Distribution name (the table key).", from_key=True))
+    version: str = field(
+        metadata=_doc("Exact version with the vendor's local label, e.g. 2.9.0+das.opt1.dtk2604.")
+    )
+    by: ProvidedBy = field(
+        default="vendor-wheel",
+        metadata=_doc(
+            "vendor-wheel: a pinned vendor file of the cell (torch, attention, vendor_wheels); "
+            "base-image: the base image's interpreter already has it."
+        ),
+    )
+    requires: tuple[str, ...] = field(
+        default=(),
+        metadata=_doc(
+            "Its requirements as the vendor's metadata declares them (PEP 508), so the "
+            "resolver adds what it needs from the index (filelock, sympy, ...)."
+        ),
+    )
+    placeholder: bool = field(
+        default=False,
+        metadata=_doc(
+            "True when this exact label was not seen in a public source: the vendor file you "
+            "receive decides; re-pin from its name (warned)."
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class DroppedRequirement:
+    """One requirement of one distribution that this cell does not install (--no-deps)."""
+
+    of: str = field(metadata=_doc("The distribution whose requirement is dropped, e.g. unsloth."))
+    requirement: str = field(metadata=_doc("The required distribution's name, e.g. xformers."))
+    reason: str = field(metadata=_doc("One line: why the cell runs without it."))
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunFlags:
     """Container run flags for the platform; broad flags stay explicit opt-ins."""
 
@@ -100,6 +146,14 @@ class RunFlags:
     ipc: str = field(default="", metadata=_doc("IPC mode (host for multi-card); empty = default."))
     cap_add: tuple[str, ...] = field(default=(), metadata=_doc("Added capabilities (SYS_PTRACE)."))
     security_opt: tuple[str, ...] = field(default=(), metadata=_doc("Security options."))
+    visible_devices: str = field(
+        default="",
+        metadata=_doc(
+            "Cards the container may use, e.g. 0,1: set as HIP_VISIBLE_DEVICES on dtk/rocm "
+            "(the HIP runtime reads that, not CUDA_VISIBLE_DEVICES), CUDA_VISIBLE_DEVICES on "
+            "cuda; empty = every card passed through."
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +191,21 @@ class Cell:
     stack: Mapping[str, str] = field(
         metadata=_doc("Distribution name to exact version for the rest of the stack.")
     )
+    provided: Mapping[str, Provided] = field(
+        default_factory=dict,
+        metadata=_doc("Distributions the vendor wheels or base image supply (see Provided)."),
+    )
+    excluded: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=_doc(
+            "Distribution name to a one-line reason: never installed in this cell; "
+            "errors repeat the reason."
+        ),
+    )
+    dropped: tuple[DroppedRequirement, ...] = field(
+        default=(),
+        metadata=_doc("Requirements the cell drops, each with a reason (the field's --no-deps)."),
+    )
     bitsandbytes: BitsAndBytes = field(
         default="index",
         metadata=_doc("disabled: no 4/8-bit support is advertised (DTK default); index or vendor."),
@@ -168,6 +237,14 @@ class Cell:
         if self.uses_attention(variant) and self.attention is not None:
             wheels = (*wheels, self.attention)
         return wheels
+
+
+def visibility_environment(platform: str, run: RunFlags) -> dict[str, str]:
+    """The device-visibility variable of the run profile, named for the platform's runtime."""
+    if not run.visible_devices or platform == "cpu":
+        return {}
+    name = "CUDA_VISIBLE_DEVICES" if platform == "cuda" else "HIP_VISIBLE_DEVICES"
+    return {name: run.visible_devices}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -512,12 +589,17 @@ def reference_rows(cls: Any = Matrix, prefix: str = "") -> list[tuple[str, str, 
         if get_origin(inner) in (Mapping, typing.Mapping) and dataclasses.is_dataclass(
             get_args(inner)[1]
         ):
-            rows.append((key, "table of cells", "", fld.metadata.get("help", "")))
-            rows += reference_rows(get_args(inner)[1], f"{key}.<id>.")
+            rows.append((key, "table of tables", "", fld.metadata.get("help", "")))
+            slot = "<id>" if fld.name == "cells" else "<name>"
+            rows += reference_rows(get_args(inner)[1], f"{key}.{slot}.")
             continue
         if dataclasses.is_dataclass(inner):
             rows.append((key, "table", "", fld.metadata.get("help", "")))
             rows += reference_rows(inner, f"{key}.")
+            continue
+        if get_origin(inner) is tuple and dataclasses.is_dataclass(get_args(inner)[0]):
+            rows.append((key, "array of tables", "[]", fld.metadata.get("help", "")))
+            rows += reference_rows(get_args(inner)[0], f"{key}[].")
             continue
         default = "" if _is_required(fld) else repr(_default_of(fld))
         rows.append((key, _describe_type(tp), default, fld.metadata.get("help", "")))

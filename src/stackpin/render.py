@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from packaging.utils import canonicalize_name
 
 from stackpin import target
+from stackpin.boundary import effective_provided
 from stackpin.errors import ConfigurationError
 from stackpin.lock import GROUPS, Group, Lock, LockedWheel, wheel_name_version
 from stackpin.matrix import Cell, Variant, cell_json
@@ -137,7 +139,19 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
         "bitsandbytes": cell.bitsandbytes,
         "env_script": cell.env_script,
         "attention": _attention(cell, req.variant),
+        # The vendor boundary, checked by the build guard and by verify L0 in the image.
+        "provided": {name: {"version": p.version, "by": p.by}
+                     for name, p in effective_provided(cell).items()
+                     if p.by == "base-image" or _installs(cell, req.variant, name)},
+        "excluded": dict(sorted(cell.excluded.items())),
     }
+
+
+def _installs(cell: Cell, variant: Variant, dist: str) -> bool:
+    """Whether this variant installs the vendor wheel of ``dist`` (attention: enhanced only)."""
+    wheels = cell.wheels_for(variant)
+    return any(canonicalize_name(w.filename.split("-")[0]) == canonicalize_name(dist)
+               for w in wheels)
 
 
 def layer_groups(cell: Cell, variant: Variant) -> tuple[Group, ...]:

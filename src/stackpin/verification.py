@@ -12,7 +12,7 @@ from pathlib import Path
 
 from stackpin.engine import BindMount, RunRequest, with_run_flags
 from stackpin.lock import write_text_atomic
-from stackpin.matrix import Cell
+from stackpin.matrix import Cell, visibility_environment
 from stackpin.primitives import pretty_json
 from stackpin.target import Target
 
@@ -34,7 +34,7 @@ def verify_request(
         mounts=(BindMount(source=out_dir, target=IN_CONTAINER_REPORTS),),
         # The suite needs no network: it builds its tiny model and tokenizer in code.
         network_mode="none",
-        environment={"PYTHONUNBUFFERED": "1"},
+        environment={"PYTHONUNBUFFERED": "1", **visibility_environment(cell.platform, cell.run)},
     )
     return with_run_flags(request, cell.run)
 

@@ -13,21 +13,22 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from stackpin.errors import HostEnvironmentError, ValidationError
-from stackpin.lock import Lock, build_lock, read_lock, stale_reason, wheel_name_version
-from stackpin.matrix import Cell, PinnedWheel
+from stackpin.lock import Lock, stale_reason
+from stackpin.matrix import Cell
+from stackpin.piptarget import (
+    LineSink,
+    Runner,
+    python_version,
+    subprocess_runner,
+    target_platforms,
+)
 from stackpin.primitives import CHUNK
-
-Runner = Callable[[list[str], Callable[[str], None]], int]
-LineSink = Callable[[str], None]
-
 
 
 def sha256_file(path: Path) -> str:
@@ -46,29 +47,10 @@ def vendor_dir(root: Path) -> Path:
     return root / "wheels" / "vendor"
 
 
-def target_platforms(cell: Cell) -> list[str]:
-    """pip --platform values for the cell: every manylinux tag its glibc floor admits.
-
-    pip matches --platform tags literally, so each manylinux_2_N up to the cell's glibc is
-    listed along with the legacy aliases.
-    """
-    arch = cell.cpu_arch
-    major, minor = (int(p) for p in cell.glibc.split(".")[:2])
-    tags = [f"manylinux_{major}_{n}_{arch}" for n in range(minor, 4, -1)]
-    legacy = {"manylinux2014": 17, "manylinux2010": 12, "manylinux1": 5}
-    tags += [f"{name}_{arch}" for name, floor in legacy.items() if floor <= minor]
-    return tags
-
-
-def python_version(cell: Cell) -> str:
-    digits = cell.python.removeprefix("cp")
-    return f"{digits[0]}.{digits[1:]}"
-
-
 def pip_download_argv(
-    cell: Cell, *, dest: Path, requirements: Path, with_deps: bool, python: str = sys.executable
+    cell: Cell, *, dest: Path, requirements: Path, python: str = sys.executable
 ) -> list[str]:
-    """The pip command that fetches the cell's wheels for its target, not for this host."""
+    """pip download of exactly the locked files for the cell's target (no resolution)."""
     argv = [
         python, "-m", "pip", "download", "--disable-pip-version-check",
         "--only-binary=:all:", "--implementation", "cp",
@@ -77,28 +59,12 @@ def pip_download_argv(
     ]
     for tag in target_platforms(cell):
         argv += ["--platform", tag]
-    argv += ["--dest", str(dest), "-r", str(requirements)]
-    if not with_deps:
-        # Locked mode: the lock already names every wheel; pip must not resolve anything.
-        argv += ["--no-deps", "--require-hashes"]
-    return argv
-
-
-def resolve_requirements(cell: Cell, vendor_files: Mapping[str, Path]) -> str:
-    """Requirements for a first resolution: index pins by version, vendor wheels by path."""
-    lines = []
-    for wheel in _pins(cell):
-        if wheel.source == "vendor":
-            lines.append(str(vendor_files[wheel.filename]))
-        else:
-            name, version = wheel_name_version(wheel.filename)
-            lines.append(f"{name}=={version}")
-    lines += [f"{dist}=={version}" for dist, version in sorted(cell.stack.items())]
-    return "\n".join(lines) + "\n"
+    # The lock already names every wheel and its hash: pip must not resolve anything.
+    return [*argv, "--dest", str(dest), "-r", str(requirements), "--no-deps", "--require-hashes"]
 
 
 def locked_requirements(lock: Lock) -> str:
-    """Requirements that re-download exactly the lock's index wheels, hash-checked."""
+    """Requirements that download exactly the lock's index wheels, hash-checked."""
     lines = [
         f"{w.name}=={w.version} --hash=sha256:{w.sha256}"
         for w in lock.wheels
@@ -107,36 +73,34 @@ def locked_requirements(lock: Lock) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pins(cell: Cell) -> list[PinnedWheel]:
-    pins = [cell.torch, *cell.vendor_wheels]
-    if cell.attention is not None and cell.locks_attention:
-        pins.append(cell.attention)
-    return pins
+@dataclass(frozen=True, kw_only=True)
+class VendorFile:
+    """A file the release engineer drops into wheels/vendor/: what the lock expects of it."""
+
+    filename: str
+    name: str
+    version: str
+    sha256: str  # pinned in the matrix; "" = not pinned yet
+    present: bool
+
+    def line(self) -> str:
+        state = "present" if self.present else "missing"
+        pin = f"sha256 {self.sha256[:12]}" if self.sha256 else "sha256 not pinned"
+        return f"{self.filename} ({self.name} {self.version}; {pin}; {state})"
 
 
-def vendor_files(cell: Cell, root: Path) -> dict[str, Path]:
-    """The cell's vendor wheels in wheels/vendor/, or an error naming the missing file."""
-    found = {}
-    for wheel in _pins(cell):
-        if wheel.source != "vendor":
-            continue
-        path = vendor_dir(root) / wheel.filename
-        if not path.is_file():
-            msg = (
-                f"vendor wheel {wheel.filename} for cell {cell.id} is missing: put the exact "
-                f"file in {vendor_dir(root)}/ (it cannot be downloaded from a public index)"
-            )
-            raise HostEnvironmentError(msg)
-        found[wheel.filename] = path
-    return found
+def vendor_files_needed(lock: Lock, root: Path) -> list[VendorFile]:
+    """Every vendor file the lock installs, whether it is already in wheels/vendor/."""
+    return [
+        VendorFile(filename=w.filename, name=w.name, version=w.version, sha256=w.sha256,
+                   present=(vendor_dir(root) / w.filename).is_file())
+        for w in lock.vendor_files()
+    ]
 
 
-def scan(cell: Cell, root: Path) -> dict[str, str]:
-    """filename -> sha256 of the cell's downloaded wheels plus its vendor wheels."""
-    listing = {p.name: sha256_file(p) for p in sorted(cell_dir(root, cell.id).glob("*.whl"))}
-    for name, path in vendor_files(cell, root).items():
-        listing[name] = sha256_file(path)
-    return listing
+def pin_command(filename: str) -> str:
+    """The command whose output is the sha256 to set in the matrix for a vendor file."""
+    return f"sha256sum wheels/vendor/{filename}"
 
 
 def locate(root: Path, cell_id: str, filename: str) -> Path:
@@ -166,7 +130,7 @@ class Mismatch:
 def verify_wheelhouse(lock: Lock, root: Path) -> list[Mismatch]:
     """Re-hash every locked wheel; an empty list means the wheelhouse is exactly the lock."""
     problems = []
-    for wheel in lock.wheels:
+    for wheel in lock.installed():
         try:
             actual = sha256_file(locate(root, lock.cell, wheel.filename))
         except HostEnvironmentError:
@@ -176,69 +140,49 @@ def verify_wheelhouse(lock: Lock, root: Path) -> list[Mismatch]:
     return problems
 
 
-def subprocess_runner(argv: list[str], on_line: LineSink) -> int:
-    """Run a command, passing each output line on as it arrives."""
-    with subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-    ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            on_line(line.rstrip("\n"))
-        return proc.wait()
-
-
 @dataclass(frozen=True, kw_only=True)
 class FetchResult:
-    lock: Lock
-    mode: str  # "locked" (re-download by hash) or "resolved" (new resolution)
     wheel_count: int
     bytes: int
+    vendor: tuple[VendorFile, ...]
 
 
 def fetch(
     cell: Cell,
     root: Path,
+    lock: Lock,
     *,
-    base_reference: str,
     runner: Runner = subprocess_runner,
     on_line: LineSink = lambda _line: None,
 ) -> FetchResult:
-    """Fill wheels/<cell>/ for the cell's target and write its lock.
+    """Fill wheels/<cell>/ with exactly the lock's index wheels (hash-checked, no resolution).
 
-    With a current lock the download is hash-locked (--no-deps --require-hashes); without
-    one pip resolves the stack once and the result becomes the lock. The folder is swapped
-    in whole only after pip succeeded, so a failed fetch leaves the old wheelhouse intact.
+    Vendor files are never downloaded: the result lists which ones wheels/vendor/ must
+    hold. The folder is swapped in whole only after pip succeeded, so a failed fetch leaves
+    the old wheelhouse intact.
     """
-    vendors = vendor_files(cell, root)
-    lock = read_lock(root, cell.id)
-    locked = lock is not None and stale_reason(lock, cell) is None
+    if reason := stale_reason(lock, cell):
+        msg = f"{cell.id}: {reason}; run 'stackpin lock {cell.id}' first"
+        raise ValidationError(msg)
     target = cell_dir(root, cell.id)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{cell.id}.", dir=target.parent) as tmp:
         staging = Path(tmp) / "wheels"
         staging.mkdir()
         requirements = Path(tmp) / "requirements.txt"
-        text = locked_requirements(lock) if locked and lock else resolve_requirements(cell, vendors)
-        requirements.write_text(text, encoding="utf-8")
-        argv = pip_download_argv(
-            cell, dest=staging, requirements=requirements, with_deps=not locked
-        )
+        requirements.write_text(locked_requirements(lock), encoding="utf-8")
+        argv = pip_download_argv(cell, dest=staging, requirements=requirements)
         on_line(f"pip download for {cell.python} / {cell.cpu_arch} / glibc {cell.glibc}")
         if runner(argv, on_line) != 0:
             msg = (
                 f"pip download failed for cell {cell.id}; the output above names the wheel "
-                "pip could not find for this target (check the pins and the index)"
+                "pip could not find for this target (check the lock and the index)"
             )
             raise HostEnvironmentError(msg)
-        for name in vendors:  # pip copies path requirements; the vendor folder keeps them
-            (staging / name).unlink(missing_ok=True)
         _swap_in(staging, target, Path(tmp) / "old")
-    listing = scan(cell, root)
-    new_lock = build_lock(cell, listing, base_reference=base_reference)
-    size = sum(p.stat().st_size for p in target.glob("*.whl"))
-    return FetchResult(
-        lock=new_lock, mode="locked" if locked else "resolved", wheel_count=len(listing), bytes=size
-    )
+    files = list(target.glob("*.whl"))
+    return FetchResult(wheel_count=len(files), bytes=sum(p.stat().st_size for p in files),
+                       vendor=tuple(vendor_files_needed(lock, root)))
 
 
 def _swap_in(staging: Path, target: Path, old: Path) -> None:
@@ -254,7 +198,9 @@ def require_complete(lock: Lock, cell: Cell, root: Path) -> None:
     The lock is current already: stackpin.target checked that once for the verb.
     """
     if lock.missing:
-        msg = f"{cell.id}: the lock lacks {lock.missing[0]}; put it in wheels/vendor/ and re-fetch"
+        msg = (f"{cell.id}: vendor file {lock.missing[0]} has no sha256: drop it into "
+               f"wheels/vendor/, set its sha256 in the matrix ({pin_command(lock.missing[0])}), "
+               f"then 'stackpin lock {cell.id}'")
         raise ValidationError(msg)
     unpinned = [w.filename for w in lock.wheels if not w.sha256]
     if unpinned:

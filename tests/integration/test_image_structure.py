@@ -90,3 +90,4 @@ def test_stackpin_verify_passes_and_writes_reports(cpu_image, cpu_project: Path)
     assert {"L0.torch_version", "L5.lora.train", "L6.golden", "L7.allreduce"} <= names
     assert (out_dir / "report.xml").read_text().startswith("<?xml")
     assert "verify: stackpin/" in done.stdout
+

@@ -170,13 +170,22 @@ def test_images_without_daemon_says_how_to_start_one(monkeypatch):
     assert len(result.output.strip().splitlines()) <= 2
 
 
-def test_lock_without_vendor_wheel_names_file_cell_and_folder(project: Path):
-    result = run("lock", K100_CELL, cwd=project)
-    assert result.exit_code == 8
-    assert "torch-2.9.0+das.opt1.dtk2604" in result.output
-    assert K100_CELL in result.output
-    assert "wheels/vendor/" in result.output
-    assert not (project / "pinning" / "locks" / f"{K100_CELL}.lock").exists()
+def test_lock_refuses_a_cell_that_does_not_resolve_and_writes_nothing(
+    project: Path, monkeypatch, tmp_path: Path
+):
+    from tests.unit.test_resolve import FIXTURES, Replay
+
+    from stackpin.resolve import Pip
+
+    monkeypatch.setenv("STACKPIN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("stackpin.cli.lock_cmd.Pip", lambda: Pip(runner=Replay(
+        "pin-outside-range")))
+    cells = (FIXTURES / "cells.toml").read_text().split("[cells.excluded-transitive]")[0]
+    (project / "pinning" / "extra.toml").write_text(cells)
+    result = run("lock", "pin-outside-range", cwd=project)
+    assert result.exit_code == 4
+    assert "cannot lock: unsloth 2025.10.12 requires transformers" in result.output
+    assert not (project / "pinning" / "locks" / "pin-outside-range.lock").exists()
 
 
 def test_docs_matrix_md_is_current():

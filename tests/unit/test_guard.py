@@ -89,3 +89,47 @@ def test_compile_skips_newer_syntax_and_writes_unchecked_pycs(tmp_path: Path):
     pyc = next((tmp_path / "__pycache__").glob("ok.*.pyc")).read_bytes()
     flags = int.from_bytes(pyc[4:8], "little")
     assert flags == 0b01, "hash-based, unchecked (PEP 552)"
+
+
+IMAGE = {
+    "provided": {"torch": {"version": "2.9.0+das.opt1.dtk2604", "by": "vendor-wheel"},
+                 "triton": {"version": "3.5.0+das.opt1.dtk2604", "by": "vendor-wheel"}},
+    "excluded": {"bitsandbytes": "no native build"},
+}
+
+
+def test_boundary_holds_with_the_vendor_builds_and_nothing_excluded():
+    installed = {"torch": "2.9.0+das.opt1.dtk2604", "triton": "3.5.0+das.opt1.dtk2604"}
+    assert guard.boundary_problems(IMAGE, installed) == []
+
+
+def test_boundary_names_an_excluded_distribution_with_its_reason():
+    installed = {"torch": "2.9.0+das.opt1.dtk2604", "triton": "3.5.0+das.opt1.dtk2604",
+                 "bitsandbytes": "0.47.0"}
+    assert guard.boundary_problems(IMAGE, installed) == [
+        "bitsandbytes 0.47.0 is installed but excluded on this cell (no native build)"]
+
+
+def test_boundary_catches_an_index_triton_that_replaced_the_vendors():
+    installed = {"torch": "2.9.0+das.opt1.dtk2604", "triton": "3.5.0"}
+    (problem,) = guard.boundary_problems(IMAGE, installed)
+    assert problem.startswith("triton is 3.5.0, not the vendor's 3.5.0+das.opt1.dtk2604")
+
+
+def test_boundary_catches_a_missing_vendor_distribution():
+    (problem,) = guard.boundary_problems(IMAGE, {"torch": "2.9.0+das.opt1.dtk2604"})
+    assert problem.startswith("triton is not installed")
+
+
+def test_guard_cli_reads_the_boundary_from_image_json(tmp_path: Path):
+    image = tmp_path / "image.json"
+    image.write_text('{"excluded": {"pytest": "test: excluded here"}}')
+    torch = guard.metadata.version("torch")
+    numpy = guard.metadata.version("numpy")
+    result = subprocess.run(
+        [sys.executable, str(GUARD), "--python", RUNNING, "--torch", torch,
+         "--numpy", f"=={numpy}", "--boundary", str(image)],
+        capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 1
+    assert "pytest" in result.stderr and "excluded on this cell (test: excluded here)" in result.stderr

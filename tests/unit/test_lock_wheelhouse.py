@@ -11,14 +11,15 @@ import pytest
 import tomllib
 
 from stackpin.errors import HostEnvironmentError, ValidationError
-from stackpin.lock import build_lock, parse_lock, stale_reason
+from stackpin.lock import lock_from_resolution, parse_lock, stale_reason
 from stackpin.matrix import decode_matrix
+from stackpin.resolve import Resolution, Resolved
 from stackpin.wheelhouse import (
     fetch,
     pip_download_argv,
     require_complete,
-    scan,
     target_platforms,
+    vendor_files_needed,
     verify_wheelhouse,
 )
 
@@ -54,11 +55,35 @@ sha256 = "{torch_sha}"
 [cells.k.attention]
 filename = "{FLASH}"
 sha256 = "{flash_sha}"
+[cells.k.provided.torch]
+version = "2.9.0+das.opt1.dtk2604"
+[cells.k.provided.flash-attn]
+version = "2.8.3+das.opt1.dtk2604.torch290"
 [cells.k.stack]
 numpy = "1.26.4"
 peft = "0.17.1"
 """
     return decode_matrix(tomllib.loads(text), source="t").cells["k"]
+
+
+def resolution(cell, *, peft: bytes = b"p", extra: tuple[Resolved, ...] = ()) -> Resolution:
+    """What resolve_cell returns for make_cell(): two vendor files, two index wheels."""
+    closure = [
+        Resolved(name="torch", version="2.9.0+das.opt1.dtk2604", origin="vendor-wheel"),
+        Resolved(name="numpy", version="1.26.4", origin="index", filename=NUMPY,
+                 url=f"https://files.example/{NUMPY}", sha256=sha(b"n")),
+        Resolved(name="peft", version="0.17.1", origin="index", filename=PEFT,
+                 url=f"https://files.example/{PEFT}", sha256=sha(peft)),
+        *extra,
+    ]
+    if "enhanced" in cell.variants:
+        closure.append(Resolved(name="flash-attn", version="2.8.3+das.opt1.dtk2604.torch290",
+                                origin="vendor-wheel"))
+    return Resolution(cell=cell.id, key="k" * 64, closure=tuple(closure))
+
+
+def lock_of(cell, **kwargs):
+    return lock_from_resolution(cell, resolution(cell, **kwargs), base_reference="dtk:26.04")
 
 
 def wheelhouse(root: Path, files: dict[str, bytes]) -> None:
@@ -74,61 +99,54 @@ def listing() -> dict[str, str]:
 
 
 def test_lock_groups_layers_in_install_order():
-    lock = build_lock(make_cell(), listing(), base_reference="dtk:26.04")
+    lock = lock_of(make_cell(torch_sha=sha(b"t"), flash_sha=sha(b"f")))
     assert [(w.group, w.name) for w in lock.wheels] == [
         ("vendor", "torch"), ("stack", "numpy"), ("stack", "peft"), ("attention", "flash-attn"),
     ]
     assert lock.wheels[0].version == "2.9.0+das.opt1.dtk2604"
+    assert lock.wheels[0].filename == TORCH and lock.wheels[0].sha256 == sha(b"t")
     assert lock.complete
 
 
+def test_lock_records_where_each_distribution_comes_from():
+    lock = lock_of(make_cell())
+    origins = {w.name: (w.source, w.origin) for w in lock.wheels}
+    assert origins["torch"] == ("vendor", f"vendor file wheels/vendor/{TORCH}")
+    assert origins["numpy"] == ("index", f"https://files.example/{NUMPY}")
+
+
 def test_lock_text_and_digest_are_deterministic_and_round_trip():
-    a = build_lock(make_cell(), listing(), base_reference="b")
-    b = build_lock(make_cell(), dict(reversed(list(listing().items()))), base_reference="b")
+    a = lock_of(make_cell())
+    b = lock_of(make_cell())
     assert a.text() == b.text()
     assert a.digest == b.digest == sha(a.text().encode())
     assert parse_lock(a.text(), source="x") == a
 
 
-def test_pinned_hash_mismatch_names_file_and_both_digests():
-    cell = make_cell(torch_sha="0" * 64)
-    with pytest.raises(ValidationError) as info:
-        build_lock(cell, listing(), base_reference="b")
-    assert TORCH in info.value.message
-    assert sha(b"t") in info.value.message
-    assert "0" * 64 in info.value.message
-
-
-def test_missing_vendor_wheel_makes_an_incomplete_lock():
-    files = listing()
-    del files[FLASH]
-    lock = build_lock(make_cell(), files, base_reference="b")
+def test_unpinned_vendor_file_makes_an_incomplete_lock():
+    lock = lock_of(make_cell(torch_sha=sha(b"t")))
     assert lock.missing == (FLASH,)
     assert not lock.complete
 
 
-def test_two_versions_of_one_distribution_are_refused():
-    files = {**listing(), "peft-0.17.0-py3-none-any.whl": sha(b"q")}
-    with pytest.raises(ValidationError, match="keep one version per distribution"):
-        build_lock(make_cell(), files, base_reference="b")
-
-
-def test_stack_pin_missing_from_wheelhouse_says_fetch():
-    files = listing()
-    del files[PEFT]
-    with pytest.raises(ValidationError, match=r"peft==0.17.1 is pinned .* 'stackpin wheels fetch k'"):
-        build_lock(make_cell(), files, base_reference="b")
-
-
-def test_attention_wheel_ignored_when_no_enhanced_variant():
+def test_attention_wheel_not_locked_when_no_enhanced_variant():
     cell = make_cell(variants='["stable"]')
-    lock = build_lock(cell, listing(), base_reference="b")
+    lock = lock_of(cell)
     assert all(w.group != "attention" for w in lock.wheels)
+
+
+def test_base_image_distribution_is_recorded_not_installed():
+    extra = (Resolved(name="torchvision", version="0.24.0+das.opt1.dtk2604",
+                      origin="base-image"),)
+    lock = lock_of(make_cell(), extra=extra)
+    (base,) = lock.group("base")
+    assert (base.name, base.source, base.origin) == ("torchvision", "base", "base image dtk:26.04")
+    assert base not in lock.installed()
 
 
 def test_edited_cell_makes_the_lock_stale():
     cell = make_cell()
-    lock = build_lock(cell, listing(), base_reference="b")
+    lock = lock_of(cell)
     assert stale_reason(lock, cell) is None
     edited = dataclasses.replace(cell, numpy="<1.27")
     assert stale_reason(lock, edited) == "the cell changed since the lock was written"
@@ -138,14 +156,14 @@ def test_malformed_lock_is_a_configuration_error():
     from stackpin.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="not a stackpin lock"):
-        parse_lock(json.dumps({"lock_version": 1}), source="x.lock")
+        parse_lock(json.dumps({"lock_version": 2}), source="x.lock")
 
 
 def test_flipped_byte_in_wheelhouse_is_named_with_both_digests(tmp_path: Path):
     files = {TORCH: b"t", FLASH: b"f", NUMPY: b"n", PEFT: b"p"}
     wheelhouse(tmp_path, files)
     cell = make_cell(torch_sha=sha(b"t"), flash_sha=sha(b"f"))
-    lock = build_lock(cell, scan(cell, tmp_path), base_reference="b")
+    lock = lock_of(cell)
     assert verify_wheelhouse(lock, tmp_path) == []
     (tmp_path / "wheels" / "k" / NUMPY).write_bytes(b"N")
     (mismatch,) = verify_wheelhouse(lock, tmp_path)
@@ -154,13 +172,20 @@ def test_flipped_byte_in_wheelhouse_is_named_with_both_digests(tmp_path: Path):
         require_complete(lock, cell, tmp_path)
 
 
-def test_scan_names_missing_vendor_file_cell_and_folder(tmp_path: Path):
-    wheelhouse(tmp_path, {NUMPY: b"n"})
-    with pytest.raises(HostEnvironmentError) as info:
-        scan(make_cell(), tmp_path)
-    assert TORCH in info.value.message
-    assert "for cell k" in info.value.message
-    assert str(tmp_path / "wheels" / "vendor") in info.value.message
+def test_build_refuses_an_unpinned_vendor_file_and_says_how_to_pin_it(tmp_path: Path):
+    cell = make_cell(torch_sha=sha(b"t"))
+    with pytest.raises(ValidationError) as info:
+        require_complete(lock_of(cell), cell, tmp_path)
+    assert f"sha256sum wheels/vendor/{FLASH}" in info.value.message
+
+
+def test_vendor_files_needed_lists_name_version_and_presence(tmp_path: Path):
+    wheelhouse(tmp_path, {TORCH: b"t"})
+    needed = {v.filename: v for v in vendor_files_needed(lock_of(make_cell()), tmp_path)}
+    assert set(needed) == {TORCH, FLASH}
+    assert needed[TORCH].present and not needed[FLASH].present
+    assert needed[FLASH].line() == (
+        f"{FLASH} (flash-attn 2.8.3+das.opt1.dtk2604.torch290; sha256 not pinned; missing)")
 
 
 def test_target_platforms_cover_the_glibc_floor_only():
@@ -173,34 +198,38 @@ def test_target_platforms_cover_the_glibc_floor_only():
 
 def test_pip_download_is_for_the_cell_not_the_host(tmp_path: Path):
     argv = pip_download_argv(make_cell(), dest=tmp_path, requirements=tmp_path / "r.txt",
-                             with_deps=False, python="py")
+                             python="py")
     assert argv[:4] == ["py", "-m", "pip", "download"]
     assert argv[argv.index("--python-version") + 1] == "3.10"
     assert "--only-binary=:all:" in argv
     assert argv[-2:] == ["--no-deps", "--require-hashes"]
 
 
-def test_fetch_swaps_in_the_download_and_locks_it(tmp_path: Path):
-    wheelhouse(tmp_path, {TORCH: b"t", FLASH: b"f", "old-1.0-py3-none-any.whl": b"o"})
-    cell = make_cell(torch_sha=sha(b"t"), flash_sha=sha(b"f"))
-    seen: list[list[str]] = []
+def test_fetch_downloads_exactly_the_locked_index_wheels_never_vendor_files(tmp_path: Path):
+    wheelhouse(tmp_path, {"old-1.0-py3-none-any.whl": b"o"})
+    cell = make_cell()
+    lock = lock_of(cell)
+    seen: list[str] = []
 
     def fake_pip(argv: list[str], on_line) -> int:
-        seen.append(argv)
         dest = Path(argv[argv.index("--dest") + 1])
-        requirements = Path(argv[argv.index("-r") + 1]).read_text()
-        assert str(tmp_path / "wheels" / "vendor" / TORCH) in requirements
-        assert "peft==0.17.1" in requirements
-        for name, data in ((NUMPY, b"n"), (PEFT, b"p"), (TORCH, b"t")):
+        seen.append(Path(argv[argv.index("-r") + 1]).read_text())
+        for name, data in ((NUMPY, b"n"), (PEFT, b"p")):
             (dest / name).write_bytes(data)
-        on_line("Saved")
         return 0
 
-    result = fetch(cell, tmp_path, base_reference="b", runner=fake_pip)
-    assert result.mode == "resolved"
+    result = fetch(cell, tmp_path, lock, runner=fake_pip)
+    assert seen == [f"numpy==1.26.4 --hash=sha256:{sha(b'n')}\n"
+                    f"peft==0.17.1 --hash=sha256:{sha(b'p')}\n"]
     assert sorted(p.name for p in (tmp_path / "wheels" / "k").iterdir()) == sorted([NUMPY, PEFT])
-    assert {w.filename for w in result.lock.wheels} == {TORCH, FLASH, NUMPY, PEFT}
-    assert "--no-deps" not in seen[0]
+    assert [v.filename for v in result.vendor] == [TORCH, FLASH]
+
+
+def test_fetch_refuses_a_stale_lock(tmp_path: Path):
+    cell = make_cell()
+    lock = lock_of(cell)
+    with pytest.raises(ValidationError, match="run 'stackpin lock k' first"):
+        fetch(dataclasses.replace(cell, numpy="<1.27"), tmp_path, lock)
 
 
 def test_failed_fetch_keeps_the_old_wheelhouse(tmp_path: Path):
@@ -210,7 +239,8 @@ def test_failed_fetch_keeps_the_old_wheelhouse(tmp_path: Path):
         (Path(argv[argv.index("--dest") + 1]) / PEFT).write_bytes(b"half")
         return 1
 
+    cell = make_cell()
     with pytest.raises(HostEnvironmentError, match="pip download failed for cell k"):
-        fetch(make_cell(), tmp_path, base_reference="b", runner=failing_pip)
+        fetch(cell, tmp_path, lock_of(cell), runner=failing_pip)
     assert [p.name for p in (tmp_path / "wheels" / "k").iterdir()] == [NUMPY]
     assert [p.name for p in (tmp_path / "wheels").iterdir() if p.name.startswith(".")] == []

@@ -246,3 +246,25 @@ def image_labels_of(cell):
 
 def test_dockerfile_quote_escapes():
     assert dockerfile_quote('a"b$c\\d') == '"a\\"b\\$c\\\\d"'
+
+
+def test_final_path_extends_the_base_images_path(shipped_cells):
+    # A fixed PATH would drop the DTK and hyhal folders the vendor base puts on it for
+    # `docker exec`; Docker expands ${PATH} from the base image's config.
+    text = _render(shipped_cells[K100_CELL], "enhanced").dockerfile
+    final = text.split("# ---- final stage")[1]
+    (line,) = [ln for ln in final.splitlines() if ln.startswith("ENV PATH=")]
+    assert line.startswith("ENV PATH=/opt/stackpin/venv/bin:${PATH:-")
+
+
+def test_image_json_carries_the_vendor_boundary_and_arch(shipped_cells):
+    import json
+
+    bw = shipped_cells["dtk2604-bw-torch2100-py310"]
+    stable = json.loads(_render(bw, "stable").files["stackpin/image.json"])
+    enhanced = json.loads(_render(bw, "enhanced").files["stackpin/image.json"])
+    assert stable["arch"] == ["gfx936"]
+    assert stable["provided"]["triton"]["version"] == "3.5.0+das.opt1.dtk2604"
+    assert "flash-attn" not in stable["provided"], "stable installs no FlashAttention"
+    assert enhanced["provided"]["flash-attn"]["version"] == "2.8.3+das.opt1.dtk2604.torch2100"
+    assert stable["excluded"]["bitsandbytes"].startswith("no native build")

@@ -221,3 +221,45 @@ def test_a_pinned_package_that_is_missing_fails_instead_of_skipping():
     unpinned = verify_helpers.cpu_context(verify_helpers.image_info())
     result = run_check("L5.unsloth", lambda: {"module": str(unpinned.need_module(missing))})
     assert (result.status, result.reason) == ("skip", f"{missing} is not installed")
+
+
+def test_boundary_judge_names_excluded_and_swapped_vendor_builds():
+    from stackpin_verify import boundary
+
+    versions = {"torch": "2.9.0+das.opt1.dtk2604", "bitsandbytes": "0.47.0", "triton": "3.5.0"}
+    provided = {"torch": {"version": "2.9.0+das.opt1.dtk2604"},
+                "triton": {"version": "3.5.0+das.opt1.dtk2604"}}
+    verdict = boundary.judge_boundary(provided, {"bitsandbytes": "no native build"},
+                                      versions.get)
+    assert verdict is not None
+    assert "bitsandbytes 0.47.0 is installed but excluded here (no native build)" in verdict
+    assert "triton is 3.5.0, not the vendor's 3.5.0+das.opt1.dtk2604" in verdict
+    assert "torch" not in verdict.replace("torch 2.9", "")
+    assert boundary.judge_boundary(provided, {}, {**versions, "triton": provided["triton"][
+        "version"]}.get) is None
+
+
+def test_arch_judge_strips_hip_feature_flags_and_names_the_wrong_card():
+    from types import SimpleNamespace
+
+    from stackpin_verify import boundary
+
+    k100 = SimpleNamespace(gcnArchName="gfx928:sramecc+:xnack-", major=9, minor=2)
+    h200 = SimpleNamespace(major=9, minor=0)
+    assert boundary.device_arch(k100) == "gfx928"
+    assert boundary.device_arch(h200) == "sm_90"
+    assert boundary.judge_arch(["gfx928"], ["gfx928"]) is None
+    verdict = boundary.judge_arch(["gfx936"], ["gfx928"])
+    assert verdict is not None and "gfx936 is not the cell's gfx928" in verdict
+    assert boundary.judge_arch([], ["gfx928"]) == "no device visible to compare with the cell's arch"
+
+
+def test_arch_check_skips_on_cpu_images_and_fails_with_no_device(monkeypatch):
+    from stackpin_verify import boundary
+
+    cpu = verify_helpers.cpu_context(image=verify_helpers.image_info())
+    assert run_check("L0.arch", lambda: boundary.check_arch(cpu)).status == "skip"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    dtk = verify_helpers.cpu_context(image=verify_helpers.image_info(platform="dtk", arch=["gfx928"]))
+    result = run_check("L0.arch", lambda: boundary.check_arch(dtk))
+    assert result.status == "fail"

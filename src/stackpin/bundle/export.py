@@ -44,7 +44,7 @@ from stackpin.bundle.stream import write_images
 from stackpin.engine import Engine
 from stackpin.errors import BundleError, ValidationError
 from stackpin.lock import Lock, atomic_write
-from stackpin.matrix import cell_to_dict
+from stackpin.matrix import RunFlags, cell_to_dict, visibility_environment
 from stackpin.primitives import pid_alive, rfc3339
 from stackpin.render import render_template
 from stackpin.target import (
@@ -119,7 +119,9 @@ def profile_conf(image: BundleImage) -> str:
     text += shell_assign("PROFILE_IMAGE_ID", image.id)
     text += shell_assign("PROFILE_IMAGE_TAG", image.tags[0])
     text += shell_assign("PROFILE_PORT", image.port)
-    text += shell_assign("PROFILE_RUN_ARGS", docker_run_args(image.run))
+    env = [f"--env={k}={v}" for k, v in sorted(visibility_environment(
+        image.platform, RunFlags(visible_devices=image.run.get("visible_devices", ""))).items())]
+    text += shell_assign("PROFILE_RUN_ARGS", docker_run_args(image.run) + env)
     return text
 
 

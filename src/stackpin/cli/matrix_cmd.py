@@ -6,9 +6,11 @@ from pathlib import Path
 
 import click
 
+from stackpin.boundary import GUIDE, Conflict
 from stackpin.checks import Violation, check_cells
 from stackpin.cli.common import all_cells, echo_json, json_option, project_layout
 from stackpin.errors import ConfigurationError, ValidationError
+from stackpin.lock import read_lock, stale_reason
 from stackpin.matrix import (
     Cell,
     Problem,
@@ -18,6 +20,7 @@ from stackpin.matrix import (
     reference_rows,
 )
 from stackpin.matrix_safety import duplicate_ids
+from stackpin.resolve import Pip, ResolutionFailed, resolution_key, resolve_cell
 
 
 @click.group(name="matrix")
@@ -54,16 +57,23 @@ def _summary(cell: Cell) -> dict[str, object]:
 
 @command.command(name="check")
 @click.argument("files", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--no-resolve", is_flag=True,
+              help="Skip the dependency resolution (only the rules on the matrix itself).")
 @json_option
-def check(files: tuple[Path, ...], as_json: bool) -> None:
+def check(files: tuple[Path, ...], no_resolve: bool, as_json: bool) -> None:
     """Check matrices before any build: keys, wheel tags, vendor labels, constraints.
 
     FILES default to pinning/*.toml. Every problem of every file is reported, one line
     each (cell, field, expected vs found, how to fix). Unpinned sha256 values are
     warnings: rendering allows them, a build refuses them.
 
+    Each cell is then resolved with pip's resolver, the vendor boundary respected
+    (provided distributions stand in as placeholders, excluded ones may not appear):
+    one line per conflict. A cell whose committed lock is current is not resolved again;
+    results are cached by the resolution's inputs, so a second run works offline.
+
     Exit 0 when only warnings remain, 3 on unreadable or malformed files, 4 on
-    consistency violations.
+    consistency violations or resolution conflicts.
     """
     paths = list(files) or project_layout().matrix_files()
     problems: list[tuple[str, Problem]] = []
@@ -78,18 +88,39 @@ def check(files: tuple[Path, ...], as_json: bool) -> None:
     problems += [(source, Problem(where, message))
                  for source, (where, message) in duplicate_ids(declared)]
     violations = check_cells(cells)
+    broken = {v.cell for v in violations if v.severity == "error"}
+    conflicts = [] if no_resolve else resolution_conflicts(
+        [c for c in cells if c.id not in broken], project_layout().root, Pip())
     errors = [v for v in violations if v.severity == "error"]
     warnings = [v for v in violations if v.severity != "error"]
     if as_json:
-        echo_json(_json_result(paths, cells, problems, violations))
+        echo_json(_json_result(paths, cells, problems, violations, conflicts))
     else:
-        _print_result(paths, cells, problems, errors, warnings)
+        _print_result(paths, cells, problems, [*map(str, errors), *map(str, conflicts)],
+                      warnings)
     if problems:
         msg = f"{len(problems)} malformed setting(s) and {len(errors)} violation(s); see above"
         raise ConfigurationError(msg)
-    if errors:
-        msg_0 = f"{len(errors)} violation(s) in {len(cells)} cell(s); see above"
+    if errors or conflicts:
+        msg_0 = (f"{len(errors)} violation(s) and {len(conflicts)} resolution conflict(s) in "
+                 f"{len(cells)} cell(s); see above")
         raise ValidationError(msg_0)
+
+
+def resolution_conflicts(cells: list[Cell], root: Path, pip: Pip) -> list[Conflict]:
+    """Resolve each cell (pip, cached by its inputs); a current lock already is a resolution."""
+    found: list[Conflict] = []
+    for cell in cells:
+        lock = read_lock(root, cell.id)
+        if lock is not None and stale_reason(lock, cell) is None and (
+            lock.resolution_key == resolution_key(cell)
+        ):
+            continue
+        try:
+            found += resolve_cell(cell, pip).conflicts
+        except ResolutionFailed as failed:
+            found.append(failed.conflict)
+    return found
 
 
 def _json_result(
@@ -97,11 +128,13 @@ def _json_result(
     cells: list[Cell],
     problems: list[tuple[str, Problem]],
     violations: list[Violation],
+    conflicts: list[Conflict],
 ) -> dict[str, object]:
     return {
         "files": [str(p) for p in paths],
         "cells": [c.id for c in cells],
-        "ok": not problems and all(v.severity != "error" for v in violations),
+        "ok": not problems and not conflicts and all(v.severity != "error" for v in violations),
+        "conflicts": [{"cell": c.cell, "message": c.message} for c in conflicts],
         "problems": [{"file": f, "path": p.path, "message": p.message} for f, p in problems],
         "violations": [
             {
@@ -121,13 +154,13 @@ def _print_result(
     paths: list[Path],
     cells: list[Cell],
     problems: list[tuple[str, Problem]],
-    errors: list[Violation],
+    errors: list[str],
     warnings: list[Violation],
 ) -> None:
     for source, problem in problems:
         click.echo(f"ERROR {source}: {problem}")
-    for violation in errors:
-        click.echo(f"ERROR {violation}")
+    for line in errors:
+        click.echo(f"ERROR {line}")
     for violation in warnings:
         click.echo(f"WARN  {violation}")
     click.echo(
@@ -155,7 +188,7 @@ def reference_markdown() -> str:
     ]
     for key, kind, default, text in reference_rows():
         lines.append(f"| `{key}` | {kind} | {f'`{default}`' if default else ''} | {text} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + GUIDE
 
 
 @command.command(name="docs")

@@ -6,8 +6,9 @@ import click
 
 from stackpin.cli.common import cell_argument, echo_json, json_option, project_layout
 from stackpin.errors import ValidationError
-from stackpin.lock import lock_path, write_text_atomic
+from stackpin.lock import lock_path, relock
 from stackpin.render import base_reference
+from stackpin.resolve import Pip
 from stackpin.target import current_lock, load_cell
 from stackpin.wheelhouse import fetch, verify_wheelhouse
 
@@ -22,11 +23,11 @@ def command() -> None:
 @click.option("-v", "--verbose", is_flag=True, help="Show pip's output as it runs.")
 @json_option
 def fetch_cmd(cell_id: str, verbose: bool, as_json: bool) -> None:
-    """Download binary wheels for CELL's CPython/ABI/platform into wheels/CELL/.
+    """Download CELL's locked index wheels for its CPython/ABI/platform into wheels/CELL/.
 
-    With a current lock the download is exact and hash-checked; otherwise pip resolves
-    the stack once and the result is written as the new lock. Vendor wheels (DTK torch,
-    DTK FlashAttention) are not downloadable: drop them into wheels/vendor/ first.
+    Without a current lock the cell is resolved and locked first (stackpin lock). The
+    download is exact and hash-checked. Vendor files (DTK torch, DTK FlashAttention, vLLM)
+    are never downloaded: the command lists each one wheels/vendor/ must hold.
     """
     layout = project_layout()
     root = layout.root
@@ -36,17 +37,24 @@ def fetch_cmd(cell_id: str, verbose: bool, as_json: bool) -> None:
         if verbose:
             click.echo(f"  {line}", err=True)
 
-    result = fetch(cell, root, base_reference=base_reference(cell), on_line=show)
+    lock, new = relock(cell, root, Pip(on_line=show), base_reference=base_reference(cell))
+    result = fetch(cell, root, lock, on_line=show)
     path = lock_path(root, cell.id)
-    write_text_atomic(path, result.lock.text())
     if as_json:
-        echo_json({"cell": cell.id, "mode": result.mode, "wheels": result.wheel_count,
-                   "bytes": result.bytes, "lock": str(path), "digest": result.lock.digest})
+        echo_json({"cell": cell.id, "mode": "resolved" if new else "locked",
+                   "wheels": result.wheel_count, "bytes": result.bytes, "lock": str(path),
+                   "digest": lock.digest,
+                   "vendor": [{"filename": v.filename, "name": v.name, "version": v.version,
+                               "sha256": v.sha256, "present": v.present}
+                              for v in result.vendor]})
         return
     click.echo(
-        f"wheels: {result.wheel_count} wheels ({result.bytes / 2**20:.0f} MiB, {result.mode}) "
-        f"in wheels/{cell.id}/; lock {result.lock.digest[:12]} -> {path}"
+        f"wheels: {result.wheel_count} wheels ({result.bytes / 2**20:.0f} MiB, "
+        f"{'resolved' if new else 'locked'}) in wheels/{cell.id}/; "
+        f"lock {lock.digest[:12]} -> {path}"
     )
+    for vendor in result.vendor:
+        click.echo(f"vendor file for wheels/vendor/: {vendor.line()}")
 
 
 @command.command(name="verify")
@@ -60,7 +68,7 @@ def verify_cmd(cell_id: str, as_json: bool) -> None:
     root = layout.root
     mismatches = verify_wheelhouse(lock, root)
     if as_json:
-        echo_json({"cell": cell.id, "ok": not mismatches, "checked": len(lock.wheels),
+        echo_json({"cell": cell.id, "ok": not mismatches, "checked": len(lock.installed()),
                    "mismatches": [{"filename": m.filename, "expected": m.expected,
                                    "actual": m.actual} for m in mismatches]})
     else:
@@ -68,11 +76,11 @@ def verify_cmd(cell_id: str, as_json: bool) -> None:
             click.echo(f"MISMATCH {mismatch}")
     if mismatches:
         msg_0 = (
-            f"{cell.id}: {len(mismatches)} of {len(lock.wheels)} wheels differ from the lock; "
+            f"{cell.id}: {len(mismatches)} of {len(lock.installed())} wheels differ from the lock; "
             f"re-fetch with 'stackpin wheels fetch {cell.id}'"
         )
         raise ValidationError(
             msg_0
         )
     if not as_json:
-        click.echo(f"wheelhouse of {cell.id}: {len(lock.wheels)} wheels match the lock")
+        click.echo(f"wheelhouse of {cell.id}: {len(lock.installed())} wheels match the lock")
