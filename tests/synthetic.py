@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from stackpin.lock import Lock, build_lock
+from stackpin.boundary import effective_provided
+from stackpin.lock import Lock, lock_from_resolution
 from stackpin.matrix import Cell, load_cells
+from stackpin.resolve import Resolution, Resolved, index_pins
 
 SYNTHETIC_MATRIX = Path(__file__).resolve().parent / "fixtures" / "synthetic.toml"
 
@@ -20,16 +22,22 @@ def synthetic_cells() -> dict[str, Cell]:
     return load_cells([SYNTHETIC_MATRIX])
 
 
-def synthetic_listing(cell: Cell) -> dict[str, str]:
-    """The wheelhouse a fetch would give: every pinned file, one wheel per stack pin."""
-    listing = {w.filename: w.sha256 for w in (cell.torch, *cell.vendor_wheels)}
-    if cell.attention is not None:
-        listing[cell.attention.filename] = cell.attention.sha256
-    for dist, version in cell.stack.items():
-        name = f"{dist}-{version}-py3-none-any.whl"
-        listing[name] = hashlib.sha256(name.encode()).hexdigest()
-    return listing
+def synthetic_resolution(cell: Cell) -> Resolution:
+    """What a resolution would give: the vendor files provided, every other pin indexed."""
+    closure = [Resolved(name=name, version=p.version, origin="vendor-wheel")
+               for name, p in effective_provided(cell).items()]
+    pinned = {**index_pins(cell), **cell.stack}
+    files = {w.filename.split("-")[0].lower().replace("_", "-"): w
+             for w in (cell.torch, *cell.vendor_wheels) if w.source == "index"}
+    for dist, version in sorted(pinned.items()):
+        wheel = files.get(dist)
+        name = wheel.filename if wheel else f"{dist}-{version}-py3-none-any.whl"
+        sha = wheel.sha256 if wheel else hashlib.sha256(name.encode()).hexdigest()
+        closure.append(Resolved(name=dist, version=version, origin="index", filename=name,
+                                url=f"https://files.example.invalid/{name}", sha256=sha))
+    return Resolution(cell=cell.id, key="synthetic", closure=tuple(closure))
 
 
 def synthetic_lock(cell: Cell) -> Lock:
-    return build_lock(cell, synthetic_listing(cell), base_reference="synthetic-base")
+    return lock_from_resolution(cell, synthetic_resolution(cell),
+                                base_reference="synthetic-base")

@@ -146,10 +146,10 @@ def declaration_problems(cell: Cell) -> Iterator[Problem]:
         entry = provided.get(name)
         label = _version_of(wheel.filename)
         if entry is None:
-            yield ("provided", f"{name} declared (its vendor wheel {wheel.filename} is pinned)",
+            yield ("provided", f"{name} declared as provided (a vendor wheel of it is pinned)",
                    "not declared", f'add provided.{name} = {{ version = "{label}", requires = '
-                   '[...] }: without its requirements the lock may lack what it imports',
-                   "warning")
+                   f"[...] }} for {wheel.filename}: without its requirements the lock may lack "
+                   "what it imports", "warning")
         elif _parses(label) and not _same_version(entry.version, label):
             # (an unparsable file name is the filename rule's to report)
             yield (f"provided.{name}.version", f"{label} (the vendor wheel's label)",

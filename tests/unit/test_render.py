@@ -120,6 +120,7 @@ def test_fragment_guard_quotes_versions_for_the_shell():
         "RUN /opt/stackpin/venv/bin/pip check \\\n"
         "    && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \\\n"
         "        --python cp399 --torch '1.0+x y' --numpy '<2' \\\n"
+        "        --boundary /opt/stackpin/image.json \\\n"
         "        --compile /opt/stackpin/venv/lib \\\n"
         "    && rm -rf /root/.cache /tmp/*\n"
     )
@@ -135,8 +136,9 @@ def test_fragment_labels_quote_every_value():
 def test_fragment_runtime_env():
     text = _fragment("runtime-env", attention="sdpa", runtime_env=[("K", "v w")])
     assert text == (
-        "ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
-        "/sbin:/bin \\\n"
+        "# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.\n"
+        "ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+        "/usr/bin:/sbin:/bin} \\\n"
         "    VIRTUAL_ENV=/opt/stackpin/venv \\\n"
         "    PYTHONPATH=/opt/stackpin/verify \\\n"
         "    STACKPIN_ATTENTION=sdpa \\\n"
@@ -257,10 +259,8 @@ def test_final_path_extends_the_base_images_path(shipped_cells):
     assert line.startswith("ENV PATH=/opt/stackpin/venv/bin:${PATH:-")
 
 
-def test_image_json_carries_the_vendor_boundary_and_arch(shipped_cells):
-    import json
-
-    bw = shipped_cells["dtk2604-bw-torch2100-py310"]
+def test_image_json_carries_the_vendor_boundary_and_arch():
+    bw = load_cells([ROOT / "pinning" / "dtk.toml"])["dtk2604-bw-torch2100-py310"]
     stable = json.loads(_render(bw, "stable").files["stackpin/image.json"])
     enhanced = json.loads(_render(bw, "enhanced").files["stackpin/image.json"])
     assert stable["arch"] == ["gfx936"]

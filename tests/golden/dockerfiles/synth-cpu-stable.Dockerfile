@@ -1,6 +1,6 @@
 # Rendered by stackpin 0.1.0 for cell synth-cpu, variant stable.
 # Do not edit: change pinning/*.toml and run `stackpin render synth-cpu --variant stable`.
-# Lock: 41a52ea4cfeda9f83d5b6a5b5b0f7453c8244cb5bc33e321c3467933f5ed5231 (3 wheels)
+# Lock: 55bbf473e82206eb1a0541eccd65c90e9c36b92f1286fcd8dd21f40c2a041a12 (3 wheels)
 
 # ---- install stage: wheels in, nothing out but /opt/stackpin ------------------------
 FROM stackpin/base-bookworm:b7491652529b AS install
@@ -33,6 +33,7 @@ COPY stackpin/ /opt/stackpin/
 RUN /opt/stackpin/venv/bin/pip check \
     && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
         --python cp311 --torch 1.0.0+cpu --numpy '<2' \
+        --boundary /opt/stackpin/image.json \
         --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache /tmp/*
 
@@ -40,7 +41,8 @@ RUN /opt/stackpin/venv/bin/pip check \
 FROM stackpin/base-bookworm:b7491652529b
 COPY --from=install /opt/stackpin /opt/stackpin
 COPY verify/ /opt/stackpin/verify/
-ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.
+ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
     VIRTUAL_ENV=/opt/stackpin/venv \
     PYTHONPATH=/opt/stackpin/verify \
     STACKPIN_ATTENTION=sdpa \
@@ -48,8 +50,8 @@ ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 LABEL \
       io.stackpin.attention="sdpa" \
       io.stackpin.cell="synth-cpu" \
-      io.stackpin.cell-json="{\"arch\":[],\"attention\":null,\"base\":{\"bootstrap\":{\"mirror\":\"http://deb.example.invalid/debian\",\"mmdebstrap_variant\":\"minbase\",\"packages\":[\"python3\",\"python3-venv\"],\"suite\":\"bookworm\"},\"digest\":\"\",\"image\":\"\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic CPU cell: bootstrapped base, one variant\",\"env\":{\"OMP_NUM_THREADS\":\"2\"},\"env_script\":\"\",\"glibc\":\"2.36\",\"id\":\"synth-cpu\",\"numpy\":\"<2\",\"platform\":\"cpu\",\"platform_version\":\"\",\"python\":\"cp311\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"alpha\":\"1.0.0\",\"numpy\":\"1.0.0\"},\"torch\":{\"filename\":\"torch-1.0.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl\",\"sha256\":\"1111111111111111111111111111111111111111111111111111111111111111\",\"source\":\"index\"},\"variants\":[\"stable\"],\"vendor_wheels\":[]}" \
-      io.stackpin.lock-digest="41a52ea4cfeda9f83d5b6a5b5b0f7453c8244cb5bc33e321c3467933f5ed5231" \
+      io.stackpin.cell-json="{\"arch\":[],\"attention\":null,\"base\":{\"bootstrap\":{\"mirror\":\"http://deb.example.invalid/debian\",\"mmdebstrap_variant\":\"minbase\",\"packages\":[\"python3\",\"python3-venv\"],\"suite\":\"bookworm\"},\"digest\":\"\",\"image\":\"\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic CPU cell: bootstrapped base, one variant\",\"dropped\":[],\"env\":{\"OMP_NUM_THREADS\":\"2\"},\"env_script\":\"\",\"excluded\":{},\"glibc\":\"2.36\",\"id\":\"synth-cpu\",\"numpy\":\"<2\",\"platform\":\"cpu\",\"platform_version\":\"\",\"provided\":{},\"python\":\"cp311\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"visible_devices\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"alpha\":\"1.0.0\",\"numpy\":\"1.0.0\"},\"torch\":{\"filename\":\"torch-1.0.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl\",\"sha256\":\"1111111111111111111111111111111111111111111111111111111111111111\",\"source\":\"index\"},\"variants\":[\"stable\"],\"vendor_wheels\":[]}" \
+      io.stackpin.lock-digest="55bbf473e82206eb1a0541eccd65c90e9c36b92f1286fcd8dd21f40c2a041a12" \
       io.stackpin.platform="cpu" \
       io.stackpin.source-date-epoch="1700000000" \
       io.stackpin.variant="stable" \
@@ -59,6 +61,6 @@ LABEL \
       org.opencontainers.image.description="synthetic CPU cell: bootstrapped base, one variant" \
       org.opencontainers.image.title="stackpin/synth-cpu" \
       org.opencontainers.image.vendor="stackpin" \
-      org.opencontainers.image.version="stable-41a52ea4cfed"
+      org.opencontainers.image.version="stable-55bbf473e822"
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
 CMD ["python", "-m", "stackpin_verify", "--levels", "0"]

@@ -1,6 +1,6 @@
 # Rendered by stackpin 0.1.0 for cell synth-cuda, variant enhanced.
 # Do not edit: change pinning/*.toml and run `stackpin render synth-cuda --variant enhanced`.
-# Lock: 8793c91e6f458652458e84a397e75a3409b065684b5eaeb3c51e68ee62995ee3 (3 wheels)
+# Lock: 4a42b539dc5d6336c922c9f3a74d239f6dd08de3ad41a5887f6c877ec2324fdb (3 wheels)
 
 # ---- install stage: wheels in, nothing out but /opt/stackpin ------------------------
 FROM registry.example.invalid/cuda:99.1 AS install
@@ -40,6 +40,7 @@ COPY stackpin/ /opt/stackpin/
 RUN /opt/stackpin/venv/bin/pip check \
     && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
         --python cp312 --torch 2.5.0+cu991 --numpy '>=1.26,<3' \
+        --boundary /opt/stackpin/image.json \
         --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache /tmp/*
 
@@ -47,15 +48,16 @@ RUN /opt/stackpin/venv/bin/pip check \
 FROM registry.example.invalid/cuda:99.1
 COPY --from=install /opt/stackpin /opt/stackpin
 COPY verify/ /opt/stackpin/verify/
-ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.
+ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
     VIRTUAL_ENV=/opt/stackpin/venv \
     PYTHONPATH=/opt/stackpin/verify \
     STACKPIN_ATTENTION=flash_attn
 LABEL \
       io.stackpin.attention="flash_attn" \
       io.stackpin.cell="synth-cuda" \
-      io.stackpin.cell-json="{\"arch\":[\"sm_99\"],\"attention\":{\"filename\":\"flash_attn-1.0.0+cu991torch250-cp312-cp312-linux_x86_64.whl\",\"sha256\":\"7777777777777777777777777777777777777777777777777777777777777777\",\"source\":\"index\"},\"base\":{\"bootstrap\":null,\"digest\":\"sha256:9999999999999999999999999999999999999999999999999999999999999999\",\"image\":\"registry.example.invalid/cuda:99.1\"},\"bitsandbytes\":\"index\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic CUDA cell: index torch and FlashAttention\",\"env\":{},\"env_script\":\"\",\"glibc\":\"2.35\",\"id\":\"synth-cuda\",\"numpy\":\">=1.26,<3\",\"platform\":\"cuda\",\"platform_version\":\"99.1\",\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"numpy\":\"2.0.0\"},\"torch\":{\"filename\":\"torch-2.5.0+cu991-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"6666666666666666666666666666666666666666666666666666666666666666\",\"source\":\"index\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[]}" \
-      io.stackpin.lock-digest="8793c91e6f458652458e84a397e75a3409b065684b5eaeb3c51e68ee62995ee3" \
+      io.stackpin.cell-json="{\"arch\":[\"sm_99\"],\"attention\":{\"filename\":\"flash_attn-1.0.0+cu991torch250-cp312-cp312-linux_x86_64.whl\",\"sha256\":\"7777777777777777777777777777777777777777777777777777777777777777\",\"source\":\"index\"},\"base\":{\"bootstrap\":null,\"digest\":\"sha256:9999999999999999999999999999999999999999999999999999999999999999\",\"image\":\"registry.example.invalid/cuda:99.1\"},\"bitsandbytes\":\"index\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic CUDA cell: index torch and FlashAttention\",\"dropped\":[],\"env\":{},\"env_script\":\"\",\"excluded\":{},\"glibc\":\"2.35\",\"id\":\"synth-cuda\",\"numpy\":\">=1.26,<3\",\"platform\":\"cuda\",\"platform_version\":\"99.1\",\"provided\":{},\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"visible_devices\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"numpy\":\"2.0.0\"},\"torch\":{\"filename\":\"torch-2.5.0+cu991-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"6666666666666666666666666666666666666666666666666666666666666666\",\"source\":\"index\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[]}" \
+      io.stackpin.lock-digest="4a42b539dc5d6336c922c9f3a74d239f6dd08de3ad41a5887f6c877ec2324fdb" \
       io.stackpin.platform="cuda" \
       io.stackpin.source-date-epoch="1700000000" \
       io.stackpin.variant="enhanced" \
@@ -66,6 +68,6 @@ LABEL \
       org.opencontainers.image.description="synthetic CUDA cell: index torch and FlashAttention" \
       org.opencontainers.image.title="stackpin/synth-cuda" \
       org.opencontainers.image.vendor="stackpin" \
-      org.opencontainers.image.version="enhanced-8793c91e6f45"
+      org.opencontainers.image.version="enhanced-4a42b539dc5d"
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
 CMD ["python", "-m", "stackpin_verify", "--levels", "0"]

@@ -1,6 +1,6 @@
 # Rendered by stackpin 0.1.0 for cell synth-dtk, variant enhanced.
 # Do not edit: change pinning/*.toml and run `stackpin render synth-dtk --variant enhanced`.
-# Lock: 144cb4b965dadc5ea7bb2514ecb990b9ca1eda906d1a24d7dc2f05797925e96a (5 wheels)
+# Lock: 4365292c039b6a962bb91456be2abe281dcb17597a11fd397f8e9e3150deff93 (5 wheels)
 
 # ---- install stage: wheels in, nothing out but /opt/stackpin ------------------------
 FROM registry.example.invalid/dtk:99.01 AS install
@@ -40,6 +40,7 @@ COPY stackpin/ /opt/stackpin/
 RUN source /opt/dtk/env.sh && /opt/stackpin/venv/bin/pip check \
     && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
         --python cp310 --torch 1.0.0+das.dtk9901 --numpy '<2' \
+        --boundary /opt/stackpin/image.json \
         --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache /tmp/*
 
@@ -47,7 +48,8 @@ RUN source /opt/dtk/env.sh && /opt/stackpin/venv/bin/pip check \
 FROM registry.example.invalid/dtk:99.01
 COPY --from=install /opt/stackpin /opt/stackpin
 COPY verify/ /opt/stackpin/verify/
-ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.
+ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
     VIRTUAL_ENV=/opt/stackpin/venv \
     PYTHONPATH=/opt/stackpin/verify \
     STACKPIN_ATTENTION=flash_attn \
@@ -57,8 +59,8 @@ ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 LABEL \
       io.stackpin.attention="flash_attn" \
       io.stackpin.cell="synth-dtk" \
-      io.stackpin.cell-json="{\"arch\":[\"gfx999\"],\"attention\":{\"filename\":\"flash_attn-1.0.0+das.dtk9901.torch100-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"4444444444444444444444444444444444444444444444444444444444444444\",\"source\":\"vendor\"},\"base\":{\"bootstrap\":null,\"digest\":\"sha256:2222222222222222222222222222222222222222222222222222222222222222\",\"image\":\"registry.example.invalid/dtk:99.01\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic DTK cell: vendor torch, env.sh, FlashAttention, a vendor wheel\",\"env\":{\"HF_HUB_OFFLINE\":\"1\",\"QUOTED\":\"a \\\"b\\\" \$c\",\"UNSLOTH_DISABLE_BITSANDBYTES\":\"1\"},\"env_script\":\"/opt/dtk/env.sh\",\"glibc\":\"2.35\",\"id\":\"synth-dtk\",\"numpy\":\"<2\",\"platform\":\"dtk\",\"platform_version\":\"99.01\",\"python\":\"cp310\",\"run\":{\"cap_add\":[],\"devices\":[\"/dev/kfd\",\"/dev/dri\"],\"gpus\":\"\",\"group_add\":[\"video\"],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"beta\":\"2.0.0\",\"numpy\":\"1.0.0\"},\"torch\":{\"filename\":\"torch-1.0.0+das.dtk9901-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"3333333333333333333333333333333333333333333333333333333333333333\",\"source\":\"vendor\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[{\"filename\":\"triton-1.0.0+das.dtk9901-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"5555555555555555555555555555555555555555555555555555555555555555\",\"source\":\"vendor\"}]}" \
-      io.stackpin.lock-digest="144cb4b965dadc5ea7bb2514ecb990b9ca1eda906d1a24d7dc2f05797925e96a" \
+      io.stackpin.cell-json="{\"arch\":[\"gfx999\"],\"attention\":{\"filename\":\"flash_attn-1.0.0+das.dtk9901.torch100-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"4444444444444444444444444444444444444444444444444444444444444444\",\"source\":\"vendor\"},\"base\":{\"bootstrap\":null,\"digest\":\"sha256:2222222222222222222222222222222222222222222222222222222222222222\",\"image\":\"registry.example.invalid/dtk:99.01\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic DTK cell: vendor torch, env.sh, FlashAttention, a vendor wheel\",\"dropped\":[],\"env\":{\"HF_HUB_OFFLINE\":\"1\",\"QUOTED\":\"a \\\"b\\\" \$c\",\"UNSLOTH_DISABLE_BITSANDBYTES\":\"1\"},\"env_script\":\"/opt/dtk/env.sh\",\"excluded\":{},\"glibc\":\"2.35\",\"id\":\"synth-dtk\",\"numpy\":\"<2\",\"platform\":\"dtk\",\"platform_version\":\"99.01\",\"provided\":{},\"python\":\"cp310\",\"run\":{\"cap_add\":[],\"devices\":[\"/dev/kfd\",\"/dev/dri\"],\"gpus\":\"\",\"group_add\":[\"video\"],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"visible_devices\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"beta\":\"2.0.0\",\"numpy\":\"1.0.0\"},\"torch\":{\"filename\":\"torch-1.0.0+das.dtk9901-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"3333333333333333333333333333333333333333333333333333333333333333\",\"source\":\"vendor\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[{\"filename\":\"triton-1.0.0+das.dtk9901-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"5555555555555555555555555555555555555555555555555555555555555555\",\"source\":\"vendor\"}]}" \
+      io.stackpin.lock-digest="4365292c039b6a962bb91456be2abe281dcb17597a11fd397f8e9e3150deff93" \
       io.stackpin.platform="dtk" \
       io.stackpin.source-date-epoch="1700000000" \
       io.stackpin.variant="enhanced" \
@@ -69,6 +71,6 @@ LABEL \
       org.opencontainers.image.description="synthetic DTK cell: vendor torch, env.sh, FlashAttention, a vendor wheel" \
       org.opencontainers.image.title="stackpin/synth-dtk" \
       org.opencontainers.image.vendor="stackpin" \
-      org.opencontainers.image.version="enhanced-144cb4b965da"
+      org.opencontainers.image.version="enhanced-4365292c039b"
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
 CMD ["python", "-m", "stackpin_verify", "--levels", "0"]

@@ -1,6 +1,6 @@
 # Rendered by stackpin 0.1.0 for cell synth-rocm, variant stable.
 # Do not edit: change pinning/*.toml and run `stackpin render synth-rocm --variant stable`.
-# Lock: 706b2d1a4b1437922f976e13e41b0655bfdc893cd005ca45e179eeaa18f8dd36 (2 wheels)
+# Lock: 0f61659f64349b91f417ab226245ca71d77b21011d9885342c6b1833c76c94f1 (2 wheels)
 
 # ---- install stage: wheels in, nothing out but /opt/stackpin ------------------------
 FROM registry.example.invalid/rocm:9.9 AS install
@@ -33,6 +33,7 @@ COPY stackpin/ /opt/stackpin/
 RUN /opt/stackpin/venv/bin/pip check \
     && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
         --python cp312 --torch 2.5.0+rocm9.9 --numpy '>=1.26,<3' \
+        --boundary /opt/stackpin/image.json \
         --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache /tmp/*
 
@@ -40,15 +41,16 @@ RUN /opt/stackpin/venv/bin/pip check \
 FROM registry.example.invalid/rocm:9.9
 COPY --from=install /opt/stackpin /opt/stackpin
 COPY verify/ /opt/stackpin/verify/
-ENV PATH=/opt/stackpin/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.
+ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
     VIRTUAL_ENV=/opt/stackpin/venv \
     PYTHONPATH=/opt/stackpin/verify \
     STACKPIN_ATTENTION=sdpa
 LABEL \
       io.stackpin.attention="sdpa" \
       io.stackpin.cell="synth-rocm" \
-      io.stackpin.cell-json="{\"arch\":[\"gfx999\"],\"attention\":null,\"base\":{\"bootstrap\":null,\"digest\":\"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"image\":\"registry.example.invalid/rocm:9.9\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic ROCm cell: one variant, no env script\",\"env\":{},\"env_script\":\"\",\"glibc\":\"2.35\",\"id\":\"synth-rocm\",\"numpy\":\">=1.26,<3\",\"platform\":\"rocm\",\"platform_version\":\"9.9\",\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"numpy\":\"2.0.0\"},\"torch\":{\"filename\":\"torch-2.5.0+rocm9.9-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"8888888888888888888888888888888888888888888888888888888888888888\",\"source\":\"index\"},\"variants\":[\"stable\"],\"vendor_wheels\":[]}" \
-      io.stackpin.lock-digest="706b2d1a4b1437922f976e13e41b0655bfdc893cd005ca45e179eeaa18f8dd36" \
+      io.stackpin.cell-json="{\"arch\":[\"gfx999\"],\"attention\":null,\"base\":{\"bootstrap\":null,\"digest\":\"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"image\":\"registry.example.invalid/rocm:9.9\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic ROCm cell: one variant, no env script\",\"dropped\":[],\"env\":{},\"env_script\":\"\",\"excluded\":{},\"glibc\":\"2.35\",\"id\":\"synth-rocm\",\"numpy\":\">=1.26,<3\",\"platform\":\"rocm\",\"platform_version\":\"9.9\",\"provided\":{},\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"visible_devices\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"numpy\":\"2.0.0\"},\"torch\":{\"filename\":\"torch-2.5.0+rocm9.9-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"8888888888888888888888888888888888888888888888888888888888888888\",\"source\":\"index\"},\"variants\":[\"stable\"],\"vendor_wheels\":[]}" \
+      io.stackpin.lock-digest="0f61659f64349b91f417ab226245ca71d77b21011d9885342c6b1833c76c94f1" \
       io.stackpin.platform="rocm" \
       io.stackpin.source-date-epoch="1700000000" \
       io.stackpin.variant="stable" \
@@ -59,6 +61,6 @@ LABEL \
       org.opencontainers.image.description="synthetic ROCm cell: one variant, no env script" \
       org.opencontainers.image.title="stackpin/synth-rocm" \
       org.opencontainers.image.vendor="stackpin" \
-      org.opencontainers.image.version="stable-706b2d1a4b14"
+      org.opencontainers.image.version="stable-0f61659f6434"
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
 CMD ["python", "-m", "stackpin_verify", "--levels", "0"]
