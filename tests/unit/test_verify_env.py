@@ -239,15 +239,9 @@ def test_boundary_judge_names_excluded_and_swapped_vendor_builds():
         "version"]}.get) is None
 
 
-def test_arch_judge_strips_hip_feature_flags_and_names_the_wrong_card():
-    from types import SimpleNamespace
-
+def test_arch_judge_names_the_wrong_card():
     from stackpin_verify import boundary
 
-    k100 = SimpleNamespace(gcnArchName="gfx928:sramecc+:xnack-", major=9, minor=2)
-    h200 = SimpleNamespace(major=9, minor=0)
-    assert boundary.device_arch(k100) == "gfx928"
-    assert boundary.device_arch(h200) == "sm_90"
     assert boundary.judge_arch(["gfx928"], ["gfx928"]) is None
     verdict = boundary.judge_arch(["gfx936"], ["gfx928"])
     assert verdict is not None and "gfx936 is not the cell's gfx928" in verdict
@@ -263,3 +257,20 @@ def test_arch_check_skips_on_cpu_images_and_fails_with_no_device(monkeypatch):
     dtk = verify_helpers.cpu_context(image=verify_helpers.image_info(platform="dtk", arch=["gfx928"]))
     result = run_check("L0.arch", lambda: boundary.check_arch(dtk))
     assert result.status == "fail"
+
+
+def test_arch_check_fails_a_k100_image_on_a_bw_card(monkeypatch):
+    from types import SimpleNamespace
+
+    from stackpin_verify import boundary
+
+    bw = SimpleNamespace(gcnArchName="gfx936:sramecc+:xnack-", major=9, minor=3)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _device: bw)
+    monkeypatch.setattr(torch.version, "hip", "6.3.26045", raising=False)
+    k100 = verify_helpers.cpu_context(image=verify_helpers.image_info(platform="dtk",
+                                                                     arch=["gfx928"]))
+    result = run_check("L0.arch", lambda: boundary.check_arch(k100))
+    assert result.status == "fail"
+    assert "gfx936 is not the cell's gfx928" in result.reason

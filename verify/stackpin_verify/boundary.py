@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from stackpin_verify import environment
+from stackpin_verify import capability, environment
 from stackpin_verify.checks import Metrics, Skip, require
 from stackpin_verify.context import Context
 
@@ -52,15 +52,6 @@ def check_boundary(ctx: Context) -> Metrics:
     return metrics
 
 
-def device_arch(props: Any) -> str:
-    """gcnArchName without its feature flags on HIP (gfx928:sramecc+:xnack- -> gfx928),
-    sm_<major><minor> from the compute capability on CUDA."""
-    gcn = getattr(props, "gcnArchName", "") or ""
-    if gcn:
-        return str(gcn).split(":")[0]
-    return f"sm_{props.major}{props.minor}"
-
-
 def judge_arch(found: list[str], wanted: list[str]) -> str | None:
     if not found:
         return "no device visible to compare with the cell's arch"
@@ -77,7 +68,7 @@ def check_arch(ctx: Context) -> Metrics:
         msg = "not an accelerator image, or the cell names no arch"
         raise Skip(msg)
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    found = [device_arch(torch.cuda.get_device_properties(i)) for i in range(count)]
+    found = [capability.device_arch(torch.device("cuda", i)) for i in range(count)]
     metrics: Metrics = {"wanted": wanted, "found": found}
     require(judge_arch(found, wanted), metrics)
     return metrics
