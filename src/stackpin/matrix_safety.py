@@ -32,6 +32,7 @@ MIRROR = re.compile(r"^(?:https?://[A-Za-z0-9.-]+(?::\d+)?(?:/[A-Za-z0-9._~%+/-]
 SHM_SIZE = re.compile(r"[0-9]+[bkmgBKMG]?")
 GPUS = re.compile(r'[A-Za-z0-9,=:"-]+')
 IPC = re.compile(r"host|private|shareable|none")
+VISIBLE = re.compile(r"[A-Za-z0-9-]+(?:,[A-Za-z0-9-]+)*")
 OPTION_VALUE = re.compile(r"[A-Za-z0-9_.:=/-]+")
 SENSITIVE_HOST_PATHS = (
     "/", "/etc", "/root", "/home", "/boot", "/proc", "/sys", "/dev", "/run", "/var",
@@ -100,6 +101,7 @@ def _run_problems(cell: Cell, where: str) -> Iterator[Found]:
         ("shm_size", run.shm_size, SHM_SIZE, "a size such as 16g"),
         ("gpus", run.gpus, GPUS, "a GPU request such as all or device=0,1"),
         ("ipc", run.ipc, IPC, "host, private, shareable or none"),
+        ("visible_devices", run.visible_devices, VISIBLE, "card indices such as 0,1"),
     ):
         if value and not shape.fullmatch(value):
             yield (f"{where}.{key}", f"expected {expected}")

@@ -84,3 +84,24 @@ def test_matrix_check_cli_reports_a_moved_pin_and_exits_4(project: Path, monkeyp
     assert result.exit_code == 4, result.output
     assert "ERROR pin-outside-range: unsloth 2025.10.12 requires transformers" in result.output
     assert "1 resolution conflict" in result.output or "resolution conflict(s)" in result.output
+
+
+def test_visible_devices_are_named_for_the_platforms_runtime():
+    from stackpin.matrix import RunFlags, visibility_environment
+
+    run = RunFlags(visible_devices="0,1")
+    assert visibility_environment("dtk", run) == {"HIP_VISIBLE_DEVICES": "0,1"}
+    assert visibility_environment("rocm", run) == {"HIP_VISIBLE_DEVICES": "0,1"}
+    assert visibility_environment("cuda", run) == {"CUDA_VISIBLE_DEVICES": "0,1"}
+    assert visibility_environment("dtk", RunFlags()) == {}
+
+
+def test_visible_devices_must_be_a_plain_list():
+    cell = all_cells(ROOT)[K100_CELL]
+    from stackpin.matrix import pinned_wheels
+    from stackpin.matrix_safety import cell_problems
+
+    bad = dataclasses.replace(cell, run=dataclasses.replace(cell.run, visible_devices="0;rm"))
+    found = [where for where, _message in cell_problems(bad, pinned_wheels(bad))]
+    assert found == [f"cells.{K100_CELL}.run.visible_devices"], found
+    assert list(cell_problems(cell, pinned_wheels(cell))) == []
