@@ -1,9 +1,9 @@
-"""L0 checks of the vendor boundary and the device architecture (issue 11).
+"""L0 check of the vendor boundary (issue 11).
 
-The image's image.json says what the vendor provides (exact versions with local labels),
-what is excluded, and the cell's accelerator ISAs. A pip that swapped the vendor torch or
-triton for an index build, an excluded bitsandbytes that slipped in, or a K100 image run on
-a BW card (gfx928 vs gfx936) all pass an import; these checks fail them by name.
+The image's image.json says what the vendor provides (exact versions with local labels)
+and what is excluded. A pip that swapped the vendor torch or triton for an index build, or
+an excluded bitsandbytes that slipped in, passes an import; this check fails it by name.
+(The device-arch check is L0.arch in level0.)
 """
 
 from __future__ import annotations
@@ -11,13 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import torch
-
-from stackpin_verify import capability, environment
+from stackpin_verify import environment
 from stackpin_verify.checks import Metrics, Skip, require
 from stackpin_verify.context import Context
-
-_ACCELERATED = ("cuda", "rocm", "dtk")
 
 
 def judge_boundary(
@@ -49,26 +45,4 @@ def check_boundary(ctx: Context) -> Metrics:
         raise Skip(msg)
     metrics: Metrics = {"provided": sorted(provided), "excluded": sorted(excluded)}
     require(judge_boundary(provided, excluded, environment.dist_version), metrics)
-    return metrics
-
-
-def judge_arch(found: list[str], wanted: list[str]) -> str | None:
-    if not found:
-        return "no device visible to compare with the cell's arch"
-    wrong = sorted({a for a in found if a not in wanted})
-    if wrong:
-        return (f"device arch {', '.join(wrong)} is not the cell's {', '.join(wanted)}: "
-                "this image's kernels were built for another card; pick that card's cell")
-    return None
-
-
-def check_arch(ctx: Context) -> Metrics:
-    wanted = [str(a) for a in (ctx.image or {}).get("arch") or []]
-    if ctx.image_field("platform") not in _ACCELERATED or not wanted:
-        msg = "not an accelerator image, or the cell names no arch"
-        raise Skip(msg)
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    found = [capability.device_arch(torch.device("cuda", i)) for i in range(count)]
-    metrics: Metrics = {"wanted": wanted, "found": found}
-    require(judge_arch(found, wanted), metrics)
     return metrics

@@ -31,7 +31,6 @@ def run(ctx: Context) -> list[CheckResult]:
         ("L0.pins", lambda: check_pins(ctx), True),
         ("L0.dtk_env", lambda: check_dtk_env(ctx), True),
         ("L0.boundary", lambda: boundary.check_boundary(ctx), True),
-        ("L0.arch", lambda: boundary.check_arch(ctx), True),
         ("L0.cgroup", check_cgroup, False),
     ]
     return [run_check(name, fn, required=req) for name, fn, req in checks]
