@@ -45,10 +45,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
 
 
-def checkout_copy(dest: Path) -> Path:
+def checkout_copy(dest: Path, *, wheels_from: Path = ROOT) -> Path:
     """A copy of the checkout as a user would have it: tracked and untracked files, .git,
-    and the (ignored) wheelhouse hard-linked; no .venv, no build/. Integration tests run
-    the CLI there, so nothing they do (fetch, lock, build records) writes into ROOT."""
+    and the (ignored) wheelhouse hard-linked from ``wheels_from``; no .venv, no build/.
+    Integration tests run the CLI there, so nothing they do (fetch, lock, build records)
+    writes into ROOT. On a fresh clone only the session's ``cpu_project`` has fetched the
+    wheelhouse, so copies made after it take their wheels from there."""
     listed = subprocess.run(
         ["git", "-C", str(ROOT), "ls-files", "-z", "-co", "--exclude-standard"],
         capture_output=True, check=True,
@@ -63,8 +65,8 @@ def checkout_copy(dest: Path) -> Path:
     else:  # a `git worktree` checkout: .git is a file naming the shared git dir
         shutil.copy2(ROOT / ".git", dest / ".git")
     for folder in (f"wheels/{CPU_CELL}", "wheels/vendor"):
-        if (ROOT / folder).is_dir():
-            shutil.copytree(ROOT / folder, dest / folder, copy_function=_link_new,
+        if (wheels_from / folder).is_dir():
+            shutil.copytree(wheels_from / folder, dest / folder, copy_function=_link_new,
                             dirs_exist_ok=True)
     return dest
 

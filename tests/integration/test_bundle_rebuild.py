@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from tests.conftest import CPU_CELL, ROOT
+from tests.conftest import CPU_CELL
 
 from stackpin.engine import Engine
 
@@ -33,14 +33,14 @@ def _stackpin(*args: str, cwd, env=None) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_with_wheels_bundle_rebuilds_the_same_image_offline_without_a_checkout(
-        cpu_image, docker_engine: Engine, tmp_path_factory):
+        cpu_image, cpu_project, docker_engine: Engine, tmp_path_factory):
     work = tmp_path_factory.mktemp("offline-site")
     site = work / "bundle"
     keys = work / "keys"
     done = _stackpin("keys", "generate", "-o", str(keys), cwd=work)
     assert done.returncode == 0, done.stderr
     done = _stackpin("bundle", "export", CPU_CELL, "-o", str(site), "--with-wheels", "--json",
-                     "--sign-key", str(keys / "stackpin.key"), cwd=ROOT)
+                     "--sign-key", str(keys / "stackpin.key"), cwd=cpu_project)
     assert done.returncode == 0, done.stderr
     (image,) = json.loads((site / "manifest.json").read_bytes())["images"]
     assert image["id"] == cpu_image["image_id"]

@@ -72,10 +72,11 @@ def tags_put_back(docker_engine: DockerEngine) -> Iterator[None]:
 
 
 def test_no_cache_rebuild_elsewhere_gives_the_same_image_id(
-    cpu_image, docker_engine: DockerEngine, tmp_path: Path, tags_put_back: None
+    cpu_image, cpu_project: Path, docker_engine: DockerEngine, tmp_path: Path,
+    tags_put_back: None,
 ):
     """`rebuild --check` (a --no-cache build) from another directory, TZ, umask and host."""
-    first = checkout_copy(tmp_path / "checkout-a")
+    first = checkout_copy(tmp_path / "checkout-a", wheels_from=cpu_project)
     second = tmp_path / "elsewhere" / "deeper" / "checkout-b"
     shutil.copytree(first, second, symlinks=True)
     a = record_of(stackpin(first, "build", CPU_CELL, "--json"))
@@ -106,9 +107,10 @@ def test_no_cache_rebuild_elsewhere_gives_the_same_image_id(
 
 
 def test_injected_timestamp_is_caught_and_named(
-    cpu_image, docker_engine: DockerEngine, tmp_path: Path, tags_put_back: None
+    cpu_image, cpu_project: Path, docker_engine: DockerEngine, tmp_path: Path,
+    tags_put_back: None,
 ):
-    copy = checkout_copy(tmp_path / "injected")
+    copy = checkout_copy(tmp_path / "injected", wheels_from=cpu_project)
     template = copy / "templates" / "Dockerfile.j2"
     text = template.read_text()
     anchor = "COPY verify/ /opt/stackpin/verify/\n"

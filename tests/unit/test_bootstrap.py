@@ -353,10 +353,16 @@ def test_ctrl_c_lets_mmdebstrap_clean_up_and_leaves_no_tar(request_, tmp_path, m
         # A real SIGINT to the main thread, which is blocked waiting for the child.
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
+    # A runner that started pytest with SIGINT ignored (a background job of a
+    # non-interactive shell) would swallow the key press: take it as Python does by default.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     presser = threading.Thread(target=press_ctrl_c)
     presser.start()
-    with pytest.raises(KeyboardInterrupt):
-        bootstrap_image(engine_with(), request_, cache_dir=cache)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            bootstrap_image(engine_with(), request_, cache_dir=cache)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     presser.join()
 
     assert cleaned.read_text() == "unmounted\n"
