@@ -16,6 +16,7 @@ from typing import Any
 import tomllib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.unit.test_matrix import MINIMAL
 
 from stackpin import reports
 from stackpin.abi import parse_wheel_filename
@@ -168,24 +169,8 @@ def test_baseline_grid_shapes(document):
 
 # --- matrices ---------------------------------------------------------------------------
 
-MATRIX = tomllib.loads("""
-schema_version = 1
-[cells.c1]
-platform = "cpu"
-python = "cp311"
-glibc = "2.36"
-numpy = "<2"
-[cells.c1.base.bootstrap]
-suite = "bookworm"
-mirror = "http://deb.debian.org/debian"
-[cells.c1.torch]
-filename = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
-source = "index"
-[cells.c1.stack]
-numpy = "1.26.4"
-[cells.c1.run]
-volumes = ["/opt/hyhal:/opt/hyhal:ro"]
-""")
+# test_matrix's smallest valid cell, with a mount so the run-flag rules have input too.
+MATRIX = tomllib.loads(MINIMAL + '[cells.c1.run]\nvolumes = ["/opt/hyhal:/opt/hyhal:ro"]\n')
 
 
 def _matrix(document: Any) -> None:
