@@ -131,7 +131,7 @@ class BuildRecord:
     """What a finished build measured; `stackpin images` and the benchmarks read it."""
 
     cell: str
-    variant: str
+    variant: Variant
     image_id: str
     tags: tuple[str, ...]
     lock_digest: str
@@ -262,7 +262,7 @@ def built_dockerfile(target: Target, *, image_id: str, labels: Mapping[str, str]
     return record, dockerfile
 
 
-def read_record(root: Path, cell_id: str, variant: str) -> dict[str, object] | None:
+def read_record(root: Path, cell_id: str, variant: Variant) -> dict[str, object] | None:
     path = Layout(root).record_path(cell_id, variant)
     if not path.exists():
         return None

@@ -25,7 +25,7 @@ from stackpin.abi import (
 )
 from stackpin.boundary import declaration_problems
 from stackpin.errors import ValidationError
-from stackpin.matrix import Cell, PinnedWheel, pinned_wheels
+from stackpin.matrix import Cell, PinnedWheel, Variant, pinned_wheels
 from stackpin.untrusted import shown
 
 Severity = Literal["error", "warning"]
@@ -409,7 +409,7 @@ def _stack_numpy(ctx: _Context, spec: SpecifierSet) -> Iterator[Violation]:
 
 def _attention(ctx: _Context) -> Iterator[Violation]:
     cell = ctx.cell
-    enhanced = "enhanced" in cell.variants
+    enhanced = Variant.ENHANCED in cell.variants
     if cell.attention is not None and not enhanced:
         yield ctx.violation(
             "attention", f"no attention wheel (variants: {', '.join(cell.variants)})",

@@ -156,7 +156,7 @@ def _jobs_for(cell: Cell, variant: Variant) -> list[Job]:
 # --- image naming shared by every format ---------------------------------------------
 
 
-def context_dir(cell_id: str, variant: str) -> str:
+def context_dir(cell_id: str, variant: Variant) -> str:
     """Where `stackpin build CELL --variant V --prepare-only` writes the build context."""
     return Layout(Path()).context_dir(cell_id, variant).as_posix()
 
@@ -263,7 +263,7 @@ def _comment_exclusions(excluded: Sequence[Exclusion]) -> list[str]:
 # --- docker buildx bake (HCL) --------------------------------------------------------
 
 
-def bake_target_name(cell_id: str, variant: str) -> str:
+def bake_target_name(cell_id: str, variant: Variant) -> str:
     return _BAKE_NAME_BAD.sub("_", f"{cell_id}-{variant}")
 
 
@@ -282,7 +282,9 @@ def _hcl_map(name: str, mapping: Mapping[str, str]) -> list[str]:
     return [f"  {name} = {{", *body, "  }"]
 
 
-def _bake_target(cell: str, variant: str, *, cpu_arch: str, epoch: int, digest: str) -> list[str]:
+def _bake_target(
+    cell: str, variant: Variant, *, cpu_arch: str, epoch: int, digest: str
+) -> list[str]:
     labels = {LABEL_CELL: cell, LABEL_VARIANT: variant}
     if digest:
         labels[LABEL_LOCK_DIGEST] = digest

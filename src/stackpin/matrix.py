@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import re
 import sys
 import types
@@ -33,12 +34,32 @@ else:  # pragma: no cover - exercised on 3.10 only
 SCHEMA_VERSION = 1
 
 Platform = Literal["dtk", "rocm", "cuda", "cpu"]
-Variant = Literal["stable", "enhanced"]
 WheelSource = Literal["index", "vendor"]
 BitsAndBytes = Literal["disabled", "index", "vendor"]
 ProvidedBy = Literal["vendor-wheel", "base-image"]
 
-VARIANTS: tuple[Variant, ...] = ("stable", "enhanced")
+
+
+class Variant(str, enum.Enum):
+    """Which image of a cell: stable (SDPA attention) or enhanced (FlashAttention wheel).
+
+    A str so that tags, paths, labels and JSON spell it as its value ("stable"); the
+    hash is the value's, so maps keyed by the plain string find it too.
+    """
+
+    STABLE = "stable"
+    ENHANCED = "enhanced"
+
+    __hash__ = str.__hash__
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+VARIANTS: tuple[Variant, ...] = tuple(Variant)
 MAX_MATRIX_BYTES = 4 << 20
 
 
@@ -173,7 +194,7 @@ class Cell:
     python: str = field(metadata=_doc("CPython tag, e.g. cp310."))
     glibc: str = field(metadata=_doc("glibc of the base; wheels must not need a newer one."))
     variants: tuple[Variant, ...] = field(
-        default=("stable",),
+        default=(Variant.STABLE,),
         metadata=_doc("Variants built: stable (SDPA), enhanced (FlashAttention)."),
     )
     source_date_epoch: int = field(
@@ -224,7 +245,7 @@ class Cell:
 
     def uses_attention(self, variant: Variant) -> bool:
         """The attention wheel counts only for enhanced: the one home of that rule."""
-        return variant == "enhanced" and self.attention is not None
+        return variant == Variant.ENHANCED and self.attention is not None
 
     @property
     def locks_attention(self) -> bool:
@@ -282,6 +303,19 @@ def _is_optional(tp: Any) -> tuple[bool, Any]:
     return False, tp
 
 
+def _is_enum(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, enum.Enum)
+
+
+def _choices(tp: Any) -> tuple[str, ...] | None:
+    """The spellings a Literal or an Enum type allows; None for any other type."""
+    if get_origin(tp) is Literal:
+        return tuple(str(a) for a in get_args(tp))
+    if _is_enum(tp):
+        return tuple(str(m.value) for m in tp)
+    return None
+
+
 def _type_name(value: Any) -> str:
     return {str: "string", int: "integer", bool: "boolean", list: "array", dict: "table"}.get(
         type(value), type(value).__name__
@@ -303,12 +337,11 @@ class _Decoder:
         origin = get_origin(inner)
         if dataclasses.is_dataclass(inner):
             return self.decode_dataclass(inner, value, path)
-        if origin is Literal:
-            choices = get_args(inner)
+        if (choices := _choices(inner)) is not None:
             if value not in choices:
-                hint = _did_you_mean(str(value), [str(c) for c in choices])
+                hint = _did_you_mean(str(value), list(choices))
                 return self.fail(path, f"{value!r} is not one of {', '.join(choices)}{hint}")
-            return value
+            return inner(value) if _is_enum(inner) else value
         if origin is tuple:
             return self.decode_tuple(inner, value, path)
         if origin in (Mapping, dict, typing.Mapping):
@@ -515,6 +548,8 @@ def _plain(value: Any) -> Any:
         return {k: _plain(v) for k, v in sorted(value.items())}
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return value.value
     return value
 
 
@@ -536,8 +571,8 @@ def _schema_for(tp: Any, description: str = "") -> dict[str, Any]:
     out: dict[str, Any]
     if dataclasses.is_dataclass(inner):
         out = _dataclass_schema(inner)
-    elif origin is Literal:
-        out = {"enum": list(get_args(inner))}
+    elif (choices := _choices(inner)) is not None:
+        out = {"enum": list(choices)}
     elif origin is tuple:
         out = {"type": "array", "items": _schema_for(get_args(inner)[0])}
     elif origin in (Mapping, dict, typing.Mapping):
@@ -561,7 +596,7 @@ def _dataclass_schema(cls: Any) -> dict[str, Any]:
         prop = _schema_for(hints[fld.name], fld.metadata.get("help", ""))
         default = _default_of(fld)
         if default is not dataclasses.MISSING and not dataclasses.is_dataclass(default):
-            prop["default"] = list(default) if isinstance(default, tuple) else default
+            prop["default"] = _plain(default)
         properties[fld.name] = prop
         if _is_required(fld):
             required.append(fld.name)
@@ -601,7 +636,7 @@ def reference_rows(cls: Any = Matrix, prefix: str = "") -> list[tuple[str, str, 
             rows.append((key, "array of tables", "[]", fld.metadata.get("help", "")))
             rows += reference_rows(get_args(inner)[0], f"{key}[].")
             continue
-        default = "" if _is_required(fld) else repr(_default_of(fld))
+        default = "" if _is_required(fld) else _shown_default(_default_of(fld))
         rows.append((key, _describe_type(tp), default, fld.metadata.get("help", "")))
     return rows
 
@@ -612,11 +647,18 @@ def _default_of(fld: dataclasses.Field[Any]) -> Any:
     return fld.default
 
 
+def _shown_default(default: Any) -> str:
+    """The default as TOML users write it: ('stable',), not the enum members' repr."""
+    if isinstance(default, tuple):
+        return repr(tuple(_plain(v) for v in default))
+    return repr(_plain(default))
+
+
 def _describe_type(tp: Any) -> str:
     optional, inner = _is_optional(tp)
     origin = get_origin(inner)
-    if origin is Literal:
-        text = " or ".join(repr(a) for a in get_args(inner))
+    if (choices := _choices(inner)) is not None:
+        text = " or ".join(repr(a) for a in choices)
     elif origin is tuple:
         text = f"array of {_describe_type(get_args(inner)[0])}"
     elif origin in (Mapping, typing.Mapping):

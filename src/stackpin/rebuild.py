@@ -22,6 +22,7 @@ from stackpin.build import BuildPlan, stage
 from stackpin.engine import Engine, SaveRequest, chunk_stream
 from stackpin.engine.save_format import read_save
 from stackpin.errors import HostEnvironmentError
+from stackpin.matrix import Variant
 from stackpin.normalize import NormalizeRequest, normalize_image
 from stackpin.primitives import CHUNK
 
@@ -321,7 +322,7 @@ def snapshot_images(engine: Engine, image_ids: Sequence[str]) -> dict[str, Image
 # --- the check: rebuild under a temporary tag, compare, clean up ----------------------
 
 
-def temporary_tag(cell_id: str, variant: str) -> str:
+def temporary_tag(cell_id: str, variant: Variant) -> str:
     return f"stackpin/{cell_id}:rebuild-check-{variant}-{uuid.uuid4().hex[:12]}"
 
 

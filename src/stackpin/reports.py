@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from stackpin.errors import VerificationError
-from stackpin.matrix import VARIANTS, Cell
+from stackpin.matrix import VARIANTS, Cell, Variant
 from stackpin.shapes import (
     any_of,
     anything,
@@ -217,7 +217,7 @@ def read_report(path: Path) -> dict[str, Any]:
     return load_report(str(path), read_document(path))
 
 
-def report_dir(root: Path, cell_id: str, variant: str) -> Path:
+def report_dir(root: Path, cell_id: str, variant: Variant) -> Path:
     return root / "build" / "reports" / f"{cell_id}-{variant}"
 
 

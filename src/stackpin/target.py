@@ -38,7 +38,7 @@ LABEL_DOCKERFILE_SHA256 = f"{LABEL_PREFIX}.dockerfile-sha256"
 LABEL_CONTEXT_DIGEST = f"{LABEL_PREFIX}.context-digest"
 
 
-def image_tags(cell_id: str, variant: str, lock_digest: str) -> tuple[str, ...]:
+def image_tags(cell_id: str, variant: Variant, lock_digest: str) -> tuple[str, ...]:
     """A built image's tags: variant plus 12 hex of the lock digest, then the moving tag.
 
     The digest tag comes first (it names exactly what was installed); an unlocked cell
@@ -75,23 +75,23 @@ class Layout:
     def matrix_files(self) -> list[Path]:
         return sorted((self.root / "pinning").glob("*.toml"))
 
-    def context_dir(self, cell_id: str, variant: str) -> Path:
+    def context_dir(self, cell_id: str, variant: Variant) -> Path:
         return self.build / "context" / f"{cell_id}-{variant}"
 
-    def log_path(self, cell_id: str, variant: str, suffix: str = "") -> Path:
+    def log_path(self, cell_id: str, variant: Variant, suffix: str = "") -> Path:
         return self.build / "logs" / f"{cell_id}-{variant}{suffix}.log"
 
-    def record_path(self, cell_id: str, variant: str) -> Path:
+    def record_path(self, cell_id: str, variant: Variant) -> Path:
         return self.build / "records" / f"{cell_id}-{variant}.json"
 
-    def dockerfile_record_path(self, cell_id: str, variant: str) -> Path:
+    def dockerfile_record_path(self, cell_id: str, variant: Variant) -> Path:
         """The Dockerfile a build used, kept beside its record (bundles ship this one)."""
         return self.build / "records" / f"{cell_id}-{variant}.Dockerfile"
 
-    def report_dir(self, cell_id: str, variant: str) -> Path:
+    def report_dir(self, cell_id: str, variant: Variant) -> Path:
         return self.reports / f"{cell_id}-{variant}"
 
-    def verified_path(self, cell_id: str, variant: str) -> Path:
+    def verified_path(self, cell_id: str, variant: Variant) -> Path:
         """Which image the reports in report_dir are about (written by `stackpin verify`)."""
         return self.report_dir(cell_id, variant) / "verified.json"
 
@@ -166,7 +166,8 @@ def current_lock(layout: Layout, cell: Cell) -> Lock:
 
 
 def variant_choices(*, allow_all: bool) -> tuple[str, ...]:
-    return (*VARIANTS, "all") if allow_all else VARIANTS
+    names = tuple(v.value for v in VARIANTS)
+    return (*names, "all") if allow_all else names
 
 
 def selected_variants(cell: Cell, choice: str) -> tuple[Variant, ...]:
@@ -176,7 +177,7 @@ def selected_variants(cell: Cell, choice: str) -> tuple[Variant, ...]:
     if choice not in cell.variants:
         msg = f"cell '{cell.id}' builds {', '.join(cell.variants)}, not '{choice}'"
         raise ConfigurationError(msg + f"; use --variant {cell.variants[0]}")
-    return (choice,)
+    return (Variant(choice),)
 
 
 def resolve(

@@ -11,6 +11,7 @@ import tomllib
 
 from stackpin.errors import ConfigurationError
 from stackpin.matrix import (
+    Variant,
     cell_json,
     decode_matrix,
     decode_matrix_lenient,
@@ -89,6 +90,29 @@ def test_boolean_is_not_an_integer():
 def test_literal_choices_suggest_the_closest():
     found = problems_of(MINIMAL.replace('platform = "cpu"', 'platform = "dkt"'))
     assert found == ["cells.c1.platform: 'dkt' is not one of dtk, rocm, cuda, cpu (perhaps you meant 'dtk'?)"]
+
+
+def test_variants_decode_to_the_enum_and_keep_their_spelling():
+    cell = decode(MINIMAL.replace('glibc = "2.36"', 'glibc = "2.36"\nvariants = ["stable", "enhanced"]')).cells["c1"]
+    assert cell.variants == (Variant.STABLE, Variant.ENHANCED)
+    assert all(type(v) is Variant for v in cell.variants)
+    # Tags, paths and labels spell a variant as its value; maps keyed by the string find it.
+    assert f"{cell.id}:{cell.variants[1]}" == "c1:enhanced" and str(Variant.STABLE) == "stable"
+    assert {"stable": 1}[Variant.STABLE] == 1
+    assert json.loads(cell_json(cell))["variants"] == ["stable", "enhanced"]
+
+
+def test_an_unknown_variant_is_refused_with_the_closest():
+    found = problems_of(MINIMAL.replace('glibc = "2.36"', 'glibc = "2.36"\nvariants = ["stabel"]'))
+    assert found == ["cells.c1.variants[0]: 'stabel' is not one of stable, enhanced (perhaps you meant 'stable'?)"]
+
+
+def test_schema_and_reference_spell_the_variant_choices():
+    cell_schema = json_schema()["properties"]["cells"]["additionalProperties"]
+    assert cell_schema["properties"]["variants"]["items"]["enum"] == ["stable", "enhanced"]
+    assert cell_schema["properties"]["variants"]["default"] == ["stable"]
+    row = next(r for r in reference_rows() if r[0] == "cells.<id>.variants")
+    assert row[1:3] == ("array of 'stable' or 'enhanced'", "('stable',)")
 
 
 def test_every_problem_of_a_file_is_reported_together():

@@ -28,7 +28,7 @@ IMAGES = "images.tar.zst"
 # Level 3 with workers: measured within the export-time budget (docs/benchmarks.md)
 # and smaller than `zstd -T0 -3`. Pinned: the level is part of the bundle's bytes.
 ZSTD_LEVEL = 3
-DEFAULT_PORTS: Mapping[str, int] = {"enhanced": 18887, "stable": 18888}
+DEFAULT_PORTS: Mapping[Variant, int] = {Variant.ENHANCED: 18887, Variant.STABLE: 18888}
 MAX_MANIFEST_BYTES = 16 << 20
 UNSIGNED = (MANIFEST, SIGNATURE)  # every other file is listed in the manifest
 # The site puts its own model folders here (stackpin.bundle.models): in a bundle folder,
@@ -74,7 +74,7 @@ class BundleImage:
     """An image as the manifest records it (and the site scripts use it)."""
 
     cell: str
-    variant: str
+    variant: Variant
     profile: str
     port: int
     platform: str
@@ -124,14 +124,14 @@ class StreamStats:
 # --- pure pieces ------------------------------------------------------------------------
 
 
-def assign_profiles(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, int]]:
+def assign_profiles(pairs: Sequence[tuple[str, Variant]]) -> list[tuple[str, int]]:
     """Profile name and loopback port per (cell, variant), in order.
 
     A variant bundled for one cell is its own profile (``stable`` on 18888, ``enhanced``
     on 18887, as in the field); when several cells bring the same variant the profile is
     ``<cell>.<variant>`` and each further cell's ports sit 2 below the previous cell's.
     """
-    counts: dict[str, int] = {}
+    counts: dict[Variant, int] = {}
     for _cell, variant in pairs:
         counts[variant] = counts.get(variant, 0) + 1
     cell_order = list(dict.fromkeys(cell for cell, _ in pairs))

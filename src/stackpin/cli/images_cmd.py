@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 
@@ -11,7 +12,13 @@ from stackpin.build import read_record
 from stackpin.cli.common import echo_json, json_option, project_root
 from stackpin.engine import ImageInfo
 from stackpin.engine.docker_api import DockerEngine
-from stackpin.target import LABEL_CELL, LABEL_LOCK_DIGEST, LABEL_VARIANT
+from stackpin.matrix import Variant
+from stackpin.target import (
+    LABEL_CELL,
+    LABEL_LOCK_DIGEST,
+    LABEL_VARIANT,
+    variant_choices,
+)
 
 MIB = 2**20
 
@@ -52,6 +59,14 @@ def image_row(info: ImageInfo, record: dict[str, object] | None) -> ImageRow:
     )
 
 
+def _record_of(root: Path, info: ImageInfo) -> dict[str, object] | None:
+    """The build record of a labelled image; none for a variant label we do not know."""
+    label = info.labels.get(LABEL_VARIANT, "")
+    if label not in variant_choices(allow_all=False):
+        return None
+    return read_record(root, info.labels.get(LABEL_CELL, ""), Variant(label))
+
+
 def built_images(infos: list[ImageInfo]) -> list[ImageInfo]:
     """The images a build produced: untagged ones carrying our labels are the classic
     builder's raw output, kept only as layer cache after normalisation."""
@@ -70,8 +85,7 @@ def command(as_json: bool) -> None:
     root = project_root()
     with DockerEngine.connect() as engine:
         rows = [
-            image_row(info, read_record(root, info.labels.get(LABEL_CELL, ""),
-                                        info.labels.get(LABEL_VARIANT, "")))
+            image_row(info, _record_of(root, info))
             for info in built_images(engine.list_images(LABEL_CELL))
         ]
     if as_json:
