@@ -10,27 +10,20 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Protocol
 
-from stackpin.engine.types import (
-    BuildRequest,
-    BuildResult,
-    EngineVersion,
-    ImageInfo,
-    LoadResult,
-    RunRequest,
-    RunResult,
-    SaveRequest,
-)
+# The types module as a namespace (as docker-py's api does with docker.types): the names
+# are listed once, in the package face, not again here.
+from stackpin.engine import types
 
 
 class Engine(Protocol):
     """One container engine: images, builds, runs, and ``docker save``/``load`` streams."""
 
-    def version(self) -> EngineVersion: ...
+    def version(self) -> types.EngineVersion: ...
 
-    def image_info(self, reference: str) -> ImageInfo | None:
+    def image_info(self, reference: str) -> types.ImageInfo | None:
         """The image a reference (name:tag, ID or name@digest) names, or None."""
 
-    def list_images(self, label: str) -> list[ImageInfo]:
+    def list_images(self, label: str) -> list[types.ImageInfo]:
         """Every local image carrying ``label`` ("key" or "key=value"), newest first."""
 
     def tag(self, image: str, reference: str) -> None: ...
@@ -38,15 +31,17 @@ class Engine(Protocol):
     def remove_image(self, reference: str, *, force: bool = False) -> bool:
         """Remove an image or a tag; False when there was none."""
 
-    def pull(self, reference: str) -> ImageInfo: ...
+    def pull(self, reference: str) -> types.ImageInfo: ...
 
     def build(
-        self, request: BuildRequest, *, on_line: Callable[[str], None] = ...
-    ) -> BuildResult: ...
+        self, request: types.BuildRequest, *, on_line: Callable[[str], None] = ...
+    ) -> types.BuildResult: ...
 
-    def run_to_completion(self, request: RunRequest, *, timeout_s: int) -> RunResult: ...
+    def run_to_completion(
+        self, request: types.RunRequest, *, timeout_s: int
+    ) -> types.RunResult: ...
 
-    def save(self, request: SaveRequest) -> Iterator[bytes]:
+    def save(self, request: types.SaveRequest) -> Iterator[bytes]:
         """The bytes of one ``docker save`` archive holding every requested image."""
 
-    def load(self, source: Path | IO[bytes] | Iterable[bytes]) -> LoadResult: ...
+    def load(self, source: Path | IO[bytes] | Iterable[bytes]) -> types.LoadResult: ...
