@@ -9,11 +9,11 @@ import click
 from stackpin.boundary import GUIDE, Conflict
 from stackpin.checks import Violation, check_cells
 from stackpin.cli.common import all_cells, echo_json, json_option, project_layout
+from stackpin.declared import Problem
 from stackpin.errors import ConfigurationError, ValidationError
 from stackpin.lock import read_lock, stale_reason
 from stackpin.matrix import (
     Cell,
-    Problem,
     decode_matrix_lenient,
     json_schema,
     parse_toml,
