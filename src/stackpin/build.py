@@ -7,10 +7,12 @@ Order of a build, each step able to stop it with a one-line error:
    present locally / loaded from a tar / pulled, and checked against its pinned digest;
 3. context staged under build/context/<cell>-<variant>/ (rendered files, verify/, the
    locked wheels hard-linked);
-4. the classic builder runs with network_mode "none", so every RUN step is offline: a
-   green build proves the site can rebuild air-gapped from the wheelhouse;
+4. BuildKit (through buildx) or the classic builder (stackpin.engine.builders picks) runs
+   with network "none", so every RUN step is offline: a green build proves the site can
+   rebuild air-gapped from the wheelhouse;
 5. normalisation (stackpin.normalize, on unless --no-normalize): layers and config
    rewritten so the image ID depends only on what was installed; the tags move to it.
+   Skipped where the engine's BuildKit rewrote the timestamps itself (native).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from stackpin.cache import cache_dir
 from stackpin.checks import check_cell
 from stackpin.context import context_digest, stage_context
 from stackpin.engine import BuildRequest, BuildResult, Engine, RunRequest
+from stackpin.engine.builders import CLASSIC, BuilderChoice
 from stackpin.errors import HostEnvironmentError, ValidationError
 from stackpin.lock import Lock, write_text_atomic
 from stackpin.matrix import Cell, Variant, pinned_wheels
@@ -90,7 +93,8 @@ class BuildPlan:
         return self.target.context_dir
 
 
-def plan(target: Target, *, no_cache: bool, provenance: dict[str, str]) -> BuildPlan:
+def plan(target: Target, *, no_cache: bool, provenance: dict[str, str],
+         builder: BuilderChoice = CLASSIC) -> BuildPlan:
     """Render and describe the build (pure apart from reading templates)."""
     cell, lock = target.cell, target.lock
     rendered = render(
@@ -115,6 +119,8 @@ def plan(target: Target, *, no_cache: bool, provenance: dict[str, str]) -> Build
         # must not reach the COPY layers.
         source_date_epoch=cell.source_date_epoch,
         log_path=target.log_path,
+        builder=builder.builder,
+        rewrite_timestamps=builder.native_timestamps,
     )
     return BuildPlan(target=target, rendered=rendered, request=request)
 
@@ -152,6 +158,10 @@ class BuildRecord:
     context_digest: str = ""
     base_reference: str = ""
     base_id: str = ""
+    # "classic" or "buildkit"; how the timestamps were made reproducible: "native" (the
+    # engine's BuildKit), "normalised" (stackpin.normalize) or "as built" (--no-normalize).
+    builder: str = "classic"
+    timestamps: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
@@ -191,12 +201,14 @@ def execute(
     base = engine.image_info(base_id)
     assert base is not None
     image_id, normalize_seconds = result.image_id, 0.0
-    if normalize:
+    timestamps = "native" if result.native_timestamps else "as built"
+    if normalize and not result.native_timestamps:
         normalized = normalize_image(engine, NormalizeRequest(
             image=result.image_id, tags=result.tags, keep_diff_ids=frozenset(base.diff_ids),
             work_dir=plan_.target.layout.tmp, cache_dir=cache_dir(),
         ), on_line=on_line)
         image_id, normalize_seconds = normalized.image_id, normalized.seconds
+        timestamps = "normalised"
     image = engine.image_info(image_id)
     assert image is not None
     record = BuildRecord(
@@ -208,6 +220,7 @@ def execute(
         dockerfile_sha256=plan_.request.labels[LABEL_DOCKERFILE_SHA256],
         context_digest=plan_.request.labels[LABEL_CONTEXT_DIGEST],
         base_reference=plan_.rendered.base_reference, base_id=base.id,
+        builder=result.builder, timestamps=timestamps,
     )
     write_record(plan_.target, record, plan_.rendered.dockerfile)
     return record

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stackpin.engine.builders import select_builder
 from stackpin.engine.types import EngineReport
 
 
@@ -18,8 +19,14 @@ class Diagnosis:
 
     @property
     def builder(self) -> str:
-        """The builder `docker build` uses here: BuildKit through buildx, else classic."""
-        return "buildkit" if self.buildx and self.report.buildkit else "classic"
+        """The builder `stackpin build --builder auto` uses here."""
+        return select_builder("auto", report=self.report, buildx=self.buildx).builder
+
+    @property
+    def timestamps(self) -> str:
+        """How a build's timestamps become reproducible: by the engine, or normalised."""
+        choice = select_builder("auto", report=self.report, buildx=self.buildx)
+        return "native" if choice.native_timestamps else "normalised"
 
     def problems(self) -> list[str]:
         """One line for each combination that cannot work, saying how to fix it."""
@@ -47,7 +54,8 @@ class Diagnosis:
         return {
             "engine": version.version, "api_version": version.api_version,
             "os": version.os, "arch": version.arch, "store": version.store,
-            "builder": self.builder, "buildkit": self.report.buildkit, "buildx": self.buildx,
+            "builder": self.builder, "timestamps": self.timestamps,
+            "buildkit": self.report.buildkit, "buildx": self.buildx,
             "cgroup_version": self.report.cgroup_version,
             "cgroup_driver": self.report.cgroup_driver,
             "runtimes": list(self.report.runtimes),
@@ -58,7 +66,7 @@ class Diagnosis:
 
     def lines(self) -> list[str]:
         data = self.to_json()
-        keys = ("engine", "api_version", "store", "builder", "buildkit", "buildx",
+        keys = ("engine", "api_version", "store", "builder", "timestamps", "buildkit", "buildx",
                 "cgroup_version", "cgroup_driver", "runtimes", "default_runtime")
         rows = []
         for key in keys:

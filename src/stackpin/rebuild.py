@@ -336,7 +336,8 @@ def check_rebuild(
     no_cache: bool = True,
     existing_ref: str | None = None,
 ) -> RebuildReport:
-    """Build ``plan_`` again with no cache, normalise it and compare with the existing image.
+    """Build ``plan_`` again with no cache, normalise it (unless the engine wrote native
+    timestamps) and compare with the existing image.
 
     The rebuilt image lives under a temporary tag and is removed in ``finally``, as is
     the classic builder's raw image of a no-cache rebuild; the existing image is never
@@ -362,17 +363,19 @@ def check_rebuild(
     stage(plan_, root)
     raw_id = ""
     try:
-        raw_id = engine.build(request, on_line=on_line).image_id
-        rebuilt = normalize_image(engine, NormalizeRequest(
-            image=raw_id, tags=(temp,), keep_diff_ids=frozenset(base.diff_ids),
-            work_dir=root / "build" / "tmp",
-        ), on_line=on_line)
-        if rebuilt.image_id == existing.id:
+        result = engine.build(request, on_line=on_line)
+        raw_id = rebuilt_id = result.image_id
+        if not result.native_timestamps:
+            rebuilt_id = normalize_image(engine, NormalizeRequest(
+                image=raw_id, tags=(temp,), keep_diff_ids=frozenset(base.diff_ids),
+                work_dir=root / "build" / "tmp",
+            ), on_line=on_line).image_id
+        if rebuilt_id == existing.id:
             return RebuildReport(reference=reference, existing_id=existing.id,
-                                 rebuilt_id=rebuilt.image_id)
-        on_line(f"rebuild: {rebuilt.image_id} differs; reading both images to compare")
-        snapshots = snapshot_images(engine, (existing.id, rebuilt.image_id))
-        return diff_images(reference, snapshots[existing.id], snapshots[rebuilt.image_id])
+                                 rebuilt_id=rebuilt_id)
+        on_line(f"rebuild: {rebuilt_id} differs; reading both images to compare")
+        snapshots = snapshot_images(engine, (existing.id, rebuilt_id))
+        return diff_images(reference, snapshots[existing.id], snapshots[rebuilt_id])
     finally:
         _remove(engine, temp, on_line)
         # With the cache, the raw image may be the original build's own: keep it.

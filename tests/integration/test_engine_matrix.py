@@ -2,10 +2,13 @@
 
 Per engine (Docker 20.10, Docker 28 classic store, Docker 28 containerd image store; see
 conftest.matrix_engine), through the CLI a user runs:
-build (--no-cache, normalised) -> `rebuild --check` from another folder, time zone, umask
-and host (a second --no-cache build) gives the same identity -> `bundle export` (signed) ->
-`bundle verify` -> the images removed, `bundle load` brings back the same ID -> removed
-again, the bundle's own `bin/load.sh` loads it -> a container of it starts and runs.
+build with BuildKit (--no-cache; timestamps rewritten by the engine on the containerd
+store, normalised elsewhere) -> `rebuild --check` from another folder, time zone, umask and
+host (a second --no-cache BuildKit build) gives the same identity -> `bundle export`
+(signed) -> `bundle verify` -> the images removed, `bundle load` brings back the same ID ->
+removed again, the bundle's own `bin/load.sh` loads it -> a container of it starts and runs.
+The classic builder is built once per engine too (it stays the path for engines without
+BuildKit).
 
 The cell is the CPU default renamed (MATRIX_CELL, its lock rewritten to match), so its
 images never touch the CPU default's tags, built from a small synthetic Dockerfile
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,14 +33,16 @@ from tests.conftest import CPU_CELL, stackpin_cli
 from tests.integration.conftest import matrix_hosts
 from tests.integration.test_reproducible import stackpin
 
-from stackpin.engine import RunRequest
+from stackpin.engine import RunRequest, SaveRequest, chunk_stream
 from stackpin.engine.docker_api import DockerEngine
+from stackpin.engine.save_format import read_save
 from stackpin.lock import cell_digest
 from stackpin.matrix import load_cells
 
 pytestmark = pytest.mark.docker
 
 MATRIX_CELL = "matrix-bookworm-py311"
+EPOCH = 1735689600  # the CPU default's source_date_epoch (2025-01-01), which the cell keeps
 # Writes files at build time (their mtimes differ per build: normalisation's job), has the
 # venv the SBOM probe runs in, starts through the rendered entrypoint, carries the labels.
 SMALL_TEMPLATE = """\
@@ -89,32 +96,91 @@ def on(engine: DockerEngine) -> dict[str, str]:
     return {"DOCKER_HOST": engine.url}
 
 
+def build_small(engine: DockerEngine, checkout: Path, tmp_path_factory: pytest.TempPathFactory,
+                builder: str) -> dict[str, object]:
+    """`stackpin build --no-cache --builder BUILDER` of MATRIX_CELL in a fresh copy."""
+    copy = tmp_path_factory.mktemp(f"matrix-{builder}") / "checkout"
+    copy.parent.mkdir(exist_ok=True)
+    subprocess.run(["cp", "-al", str(checkout), str(copy)], check=True)
+    done = stackpin(copy, "build", MATRIX_CELL, "--no-cache", "--builder", builder, "--json",
+                    env={**on(engine), "TZ": "UTC"})
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    (record,) = json.loads(done.stdout)
+    return {**record, "checkout": copy}
+
+
 @pytest.fixture(scope="session")
 def matrix_build(
     matrix_engine: DockerEngine, matrix_base: str, small_checkout: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, object]]:
-    """`stackpin build --no-cache` of MATRIX_CELL on the engine; its images removed after."""
-    copy = tmp_path_factory.mktemp("matrix-a") / "checkout"
-    copy.parent.mkdir(exist_ok=True)
-    subprocess.run(["cp", "-al", str(small_checkout), str(copy)], check=True)
-    done = stackpin(copy, "build", MATRIX_CELL, "--no-cache", "--json",
-                    env={**on(matrix_engine), "TZ": "UTC"})
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    (record,) = json.loads(done.stdout)
-    yield {**record, "checkout": copy}
+    """The BuildKit build of MATRIX_CELL on the engine; its images removed after."""
+    yield build_small(matrix_engine, small_checkout, tmp_path_factory, "buildkit")
     for info in matrix_engine.list_images(f"io.stackpin.cell={MATRIX_CELL}"):
         matrix_engine.remove_image(info.id, force=True)
 
 
-def test_the_build_is_normalised_and_named_as_its_store_names_images(matrix_engine,
-                                                                    matrix_build):
-    info = matrix_engine.image_info(str(matrix_build["image_id"]))
+def buildkit_steps(log: str) -> tuple[dict[str, str], set[str]]:
+    """BuildKit's plain progress in a build log: vertex -> step text, and cached vertices."""
+    steps = dict(re.findall(r"^#(\d+) (\[[^\]]*\d+/\d+\] .*)$", log, re.MULTILINE))
+    return steps, set(re.findall(r"^#(\d+) CACHED$", log, re.MULTILINE))
+
+
+def layer_mtimes_above_base(engine: DockerEngine, image_id: str, base: str) -> list[int]:
+    """The mtime of every member of the image's own layers (those the base does not have)."""
+    base_info = engine.image_info(base)
+    assert base_info is not None
+
+    def mtimes(data):  # type: ignore[no-untyped-def]
+        with tarfile.open(fileobj=data, mode="r|") as tar:
+            return [int(member.mtime) for member in tar]
+
+    saved = read_save(chunk_stream(engine.save(SaveRequest(images=(image_id,)))), mtimes)
+    own = [layer for layer in saved.layers_of(saved.entry_for(image_id))
+           if layer.diff_id not in base_info.diff_ids]
+    assert own, "the image has no layer of its own"
+    return [mtime for layer in own for mtime in layer.value]
+
+
+def test_the_buildkit_build_is_reproducible_as_its_engine_can(matrix_engine, matrix_base,
+                                                            matrix_build):
+    record = matrix_build
+    info = matrix_engine.image_info(str(record["image_id"]))
     assert info is not None
-    assert info.created == "2025-01-01T00:00:00Z"  # normalised: SOURCE_DATE_EPOCH
+    assert info.created == "2025-01-01T00:00:00Z"
     assert info.labels["io.stackpin.cell"] == MATRIX_CELL
-    assert matrix_build["raw_image_id"] != matrix_build["image_id"]
-    assert set(matrix_build["tags"]) <= set(info.tags)  # type: ignore[arg-type]
+    assert set(record["tags"]) <= set(info.tags)  # type: ignore[arg-type]
+    # Built by BuildKit, not a silent fall-back to the classic builder.
+    log = Path(str(record["log_path"])).read_text()
+    steps, _ = buildkit_steps(log)
+    assert record["builder"] == "buildkit"
+    assert any(" FROM " in step for step in steps.values()) and "Step 1/" not in log
+    # The containerd store's BuildKit rewrites the timestamps itself: nothing normalised.
+    # Elsewhere stackpin normalises BuildKit's image, as it does the classic builder's.
+    native = matrix_engine.version().store == "containerd"
+    assert record["timestamps"] == ("native" if native else "normalised")
+    assert (record["raw_image_id"] == record["image_id"]) is native
+    mtimes = layer_mtimes_above_base(matrix_engine, str(record["image_id"]), matrix_base)
+    assert max(mtimes) <= EPOCH < os.stat(str(record["log_path"])).st_mtime
+
+
+def test_the_classic_builder_still_builds_on_every_engine(matrix_engine, matrix_base,
+                                                          matrix_build, small_checkout,
+                                                          tmp_path_factory):
+    record = build_small(matrix_engine, small_checkout, tmp_path_factory, "classic")
+    try:
+        log = Path(str(record["log_path"])).read_text()
+        assert (record["builder"], record["timestamps"]) == ("classic", "normalised")
+        assert "Step 1/" in log and not buildkit_steps(log)[0]
+        info = matrix_engine.image_info(str(record["image_id"]))
+        assert info is not None and info.created == "2025-01-01T00:00:00Z"
+        mtimes = layer_mtimes_above_base(matrix_engine, str(record["image_id"]), matrix_base)
+        assert max(mtimes) <= EPOCH
+    finally:
+        for image in {str(record["image_id"]), str(record["raw_image_id"])}:
+            matrix_engine.remove_image(image, force=True)
+        for tag in matrix_build["tags"]:  # the classic build took the BuildKit image's tags
+            matrix_engine.tag(str(matrix_build["image_id"]), tag)
 
 
 def test_rebuild_check_elsewhere_gives_the_same_identity(matrix_engine, matrix_build,
@@ -124,7 +190,7 @@ def test_rebuild_check_elsewhere_gives_the_same_identity(matrix_engine, matrix_b
     subprocess.run(["cp", "-al", str(small_checkout), str(second)], check=True)
 
     done = stackpin(second, "rebuild", "--check", MATRIX_CELL, "--variant", "stable",
-                    "--image", str(matrix_build["image_id"]), "--json",
+                    "--builder", "buildkit", "--image", str(matrix_build["image_id"]), "--json",
                     env={**on(matrix_engine), "TZ": "Pacific/Chatham", "LANG": "C"},
                     umask="077", hostname="matrix-b")
 
@@ -133,7 +199,9 @@ def test_rebuild_check_elsewhere_gives_the_same_identity(matrix_engine, matrix_b
     (only,) = report["reports"]
     assert only["existing"] == only["rebuilt"] == matrix_build["image_id"]
     log = (second / "build" / "logs" / f"{MATRIX_CELL}-stable-rebuild.log").read_text()
-    assert "Using cache" not in log  # the second build ran every step
+    steps, cached = buildkit_steps(log)
+    # A BuildKit rebuild that ran every step: only FROM is reported as CACHED.
+    assert len(steps) > 2 and all(" FROM " in steps[vertex] for vertex in cached & set(steps))
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from tests.unit.test_normalize import ENGINE_KINDS, LATER, SDE, layer_tar, membe
 import stackpin.rebuild as rebuild_module
 from stackpin.build import plan
 from stackpin.engine import BuildRequest
+from stackpin.engine.builders import BuilderChoice
 from stackpin.errors import BuildError, HostEnvironmentError
 from stackpin.lock import read_lock
 from stackpin.normalize import NormalizeRequest, normalize_image
@@ -290,3 +291,27 @@ def test_the_image_to_compare_with_can_be_named(cpu_plan, tmp_path: Path):
     report = check_rebuild(engine, cpu_plan, root=tmp_path, base_id=base_id, on_line=print,
                            existing_ref=existing)
     assert report.identical and report.reference == existing
+
+
+NATIVE = BuilderChoice(builder="buildkit", native_timestamps=True, reason="test")
+
+
+def test_native_timestamps_are_compared_as_built_never_normalised(cpu_plan, tmp_path: Path):
+    # The engine's BuildKit rewrote the timestamps: a rebuild is compared as it came out,
+    # so a differing build-time date is reported, not normalised away.
+    engine, base_id = base_engine("containerd")
+    native = replace(cpu_plan, request=replace(cpu_plan.request, builder="buildkit",
+                                               rewrite_timestamps=True))
+    existing = engine.build(native.request).image_id
+    report = check_rebuild(engine, native, root=tmp_path, base_id=base_id, on_line=print)
+    assert engine.builds[-1].rewrite_timestamps and engine.builds[-1].builder == "buildkit"
+    assert engine.loaded == []  # nothing saved, rewritten and loaded back
+    assert not report.identical and report.existing_id == existing
+    assert any(change.field == "created" for change in report.config)
+
+
+def test_the_plan_carries_the_builder_choice(cpu_plan):
+    target = cpu_plan.target
+    request = plan(target, no_cache=True, provenance={}, builder=NATIVE).request
+    assert (request.builder, request.rewrite_timestamps) == ("buildkit", True)
+    assert (cpu_plan.request.builder, cpu_plan.request.rewrite_timestamps) == ("classic", False)

@@ -13,6 +13,7 @@ from stackpin.build import execute, plan, preflight, stage, vet_cell
 from stackpin.bundle.source import load_bundled_base, recorded_commit
 from stackpin.cache import cache_dir
 from stackpin.cli.common import (
+    builder_option,
     cell_argument,
     echo_json,
     json_option,
@@ -20,6 +21,8 @@ from stackpin.cli.common import (
     variant_option,
 )
 from stackpin.cli.progress import StepProgress
+from stackpin.engine.builders import BuilderChoice, select_builder
+from stackpin.engine.buildx import buildx_version
 from stackpin.engine.docker_api import DockerEngine
 from stackpin.target import LABEL_SOURCE_COMMIT, LABEL_VERSION, resolve
 
@@ -51,6 +54,13 @@ def provenance_labels(root: Path) -> dict[str, str]:
     }
 
 
+def builder_for(engine: DockerEngine, requested: str) -> BuilderChoice:
+    """The builder this engine and the docker CLI give for --builder (one line says which)."""
+    choice = select_builder(requested, report=engine.report(), buildx=buildx_version())
+    click.echo(f"builder: {choice.builder} ({choice.reason})", err=True)
+    return choice
+
+
 @click.command(name="build")
 @cell_argument
 @variant_option(help="Which image(s) of the cell to build.")
@@ -58,8 +68,10 @@ def provenance_labels(root: Path) -> dict[str, str]:
 @click.option("--base-tar", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Load the base image from this `docker save` tar first (air-gapped sites).")
 @click.option("--no-normalize", is_flag=True,
-              help="Keep the classic builder's image as is (build-time mtimes and dates): "
-                   "faster, but its ID changes with every --no-cache build.")
+              help="Keep the builder's image as is (build-time mtimes and dates): faster, "
+                   "but its ID changes with every --no-cache build (unless the engine's "
+                   "BuildKit rewrites timestamps natively).")
+@builder_option
 @click.option("--offline", is_flag=True,
               help="Never reach a network for the base: it must be on the daemon or in base/ "
                    "of a --with-wheels bundle (run inside the bundle folder).")
@@ -69,14 +81,15 @@ def provenance_labels(root: Path) -> dict[str, str]:
                    "for external builders such as `docker buildx bake`.")
 @json_option
 def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None,
-            no_normalize: bool, offline: bool, verbose: bool, prepare_only: bool,
-            as_json: bool) -> None:
+            no_normalize: bool, builder: str, offline: bool, verbose: bool,
+            prepare_only: bool, as_json: bool) -> None:
     """Build CELL's images offline from the locked wheelhouse (default: CPU default cell).
 
     Refuses, before Docker does any work: matrix violations, unpinned vendor hashes, a
     missing/stale/incomplete lock, a wheelhouse that differs from the lock. Every RUN
-    step runs with networking disabled. The result is normalised (docs/reproducibility.md)
-    so the same cell gives the same image ID on any day and host. Images are tagged
+    step runs with networking disabled. The result is normalised, or its timestamps
+    rewritten by the engine's BuildKit where it can (docs/reproducibility.md), so the same
+    cell gives the same image ID on any day and host. Images are tagged
     stackpin/CELL:VARIANT-<lock digest 12 hex> and stackpin/CELL:VARIANT. The full log
     is saved under build/logs/CELL-VARIANT.log.
     """
@@ -99,8 +112,9 @@ def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None,
             load_bundled_base(engine, targets[0].cell, root, on_line=progress)
         base = ensure_base(engine, targets[0].cell, cache_dir=cache_dir(), base_tar=base_tar,
                            on_line=progress)
+        choice = builder_for(engine, builder)
         for target in targets:
-            build_plan = plan(target, no_cache=no_cache, provenance=provenance)
+            build_plan = plan(target, no_cache=no_cache, provenance=provenance, builder=choice)
             record = execute(engine, build_plan, root=root, base_id=base.image_id,
                              on_line=progress, normalize=not no_normalize)
             progress.done()
@@ -109,8 +123,12 @@ def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None,
                 click.echo(
                     f"build: {record.tags[0]} ({record.image_id[7:19]}, "
                     f"{record.image_size / 2**20:.0f} MiB, {record.cached_steps}/{record.steps} "
-                    f"steps cached, {record.seconds:.0f} s, normalised in "
-                    f"{record.normalize_seconds:.0f} s); log {record.log_path}"
+                    f"steps cached, {record.builder}, {record.seconds:.0f} s, timestamps "
+                    f"{record.timestamps}{_took(record.normalize_seconds)}); log {record.log_path}"
                 )
     if as_json:
         echo_json([r.to_json() for r in records])
+
+
+def _took(seconds: float) -> str:
+    return f" in {seconds:.0f} s" if seconds else ""

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from stackpin.engine.builders import BUILDER_CHOICES
 from stackpin.matrix import Cell, load_cells
 from stackpin.target import Layout, variant_choices
 
@@ -52,6 +53,15 @@ def variant_option(*, allow_all: bool = True, help: str = "Which image(s) of the
         "--variant", type=click.Choice(variant_choices(allow_all=allow_all)),
         default="all" if allow_all else "stable", show_default=True, help=help,
     )
+
+
+def builder_option(func: F) -> F:
+    """--builder: auto (BuildKit where the engine and the docker CLI have it), buildkit, classic."""
+    return click.option(
+        "--builder", type=click.Choice(BUILDER_CHOICES), default="auto", show_default=True,
+        help="auto prefers BuildKit (the daemon's, through docker buildx) and falls back to "
+             "the classic builder where there is none; buildkit refuses to fall back.",
+    )(func)
 
 
 def json_option(func: F) -> F:

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import click
 
 from stackpin.cli.common import echo_json, json_option
 from stackpin.doctor import Diagnosis
+from stackpin.engine.buildx import buildx_version
 from stackpin.engine.docker_api import DockerEngine
 from stackpin.errors import HostEnvironmentError
-
-
-def buildx_version() -> str:
-    """`docker buildx version`'s version word, or "" without the docker CLI or the plugin."""
-    if shutil.which("docker") is None:
-        return ""
-    done = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True,
-                          check=False)
-    words = done.stdout.split()
-    return words[1] if done.returncode == 0 and len(words) > 1 else ""
 
 
 @click.command("doctor")

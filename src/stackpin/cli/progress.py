@@ -8,7 +8,8 @@ from typing import TextIO
 
 import click
 
-_STEP = re.compile(r"^Step \d+/\d+ : ")
+# The classic builder's "Step 2/9 : RUN ..." and BuildKit's plain "#7 [2/9] RUN ...".
+_STEP = re.compile(r"^(Step \d+/\d+ : |#\d+ \[(?:[^\]]*\s)?\d+/\d+\] )")
 
 
 class StepProgress:

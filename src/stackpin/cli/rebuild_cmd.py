@@ -7,8 +7,9 @@ import click
 from stackpin.bootstrap import ensure_base
 from stackpin.build import plan, preflight, vet_cell
 from stackpin.cache import cache_dir
-from stackpin.cli.build_cmd import provenance_labels
+from stackpin.cli.build_cmd import builder_for, provenance_labels
 from stackpin.cli.common import (
+    builder_option,
     cell_argument,
     echo_json,
     json_option,
@@ -34,16 +35,19 @@ from stackpin.target import resolve
 @click.option("--image", "image_ref", metavar="REF",
               help="Compare with this image (tag or ID, e.g. one loaded from a bundle) "
                    "instead of the variant's lock-digest tag; needs a single variant.")
+@builder_option
 @click.option("-v", "--verbose", is_flag=True, help="Print every build line, not just steps.")
 @json_option
 def command(cell_id: str, check: bool, variant: str, use_cache: bool, image_ref: str | None,
-            verbose: bool, as_json: bool) -> None:
+            builder: str, verbose: bool, as_json: bool) -> None:
     """Rebuild CELL's images from scratch and compare them with the ones already built.
 
-    Identical image IDs pass. Otherwise every differing config field is listed, and every
-    differing layer with each path inside it and what differs (content, mtime, mode,
-    owner, or only in one image); --json gives the full report for CI. The rebuilt
-    image is built under a temporary tag and removed afterwards.
+    Use the builder the image was built with (--builder, as for `stackpin build`: the
+    same auto choice on the same engine). Identical image IDs pass. Otherwise every
+    differing config field is listed, and every differing layer with each path inside it
+    and what differs (content, mtime, mode, owner, or only in one image); --json gives
+    the full report for CI. The rebuilt image is built under a temporary tag and removed
+    afterwards.
     """
     if not check:
         msg = "only --check is implemented; to rebuild for use, run `stackpin build --no-cache`"
@@ -62,8 +66,10 @@ def command(cell_id: str, check: bool, variant: str, use_cache: bool, image_ref:
     reports: list[RebuildReport] = []
     with DockerEngine.connect() as engine:
         base = ensure_base(engine, cell, cache_dir=cache_dir(), on_line=progress)
+        choice = builder_for(engine, builder)
         for target in targets:
-            build_plan = plan(target, no_cache=not use_cache, provenance=provenance)
+            build_plan = plan(target, no_cache=not use_cache, provenance=provenance,
+                              builder=choice)
             report = check_rebuild(engine, build_plan, root=root, base_id=base.image_id,
                                    on_line=progress, no_cache=not use_cache,
                                    existing_ref=image_ref)

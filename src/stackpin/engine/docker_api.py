@@ -27,6 +27,7 @@ import docker.errors
 import docker.utils
 import requests
 
+from stackpin.engine.buildx import run_buildx
 from stackpin.engine.docker_build import (
     BuildTally,
     build_failure,
@@ -311,6 +312,8 @@ class DockerEngine:
                     log.flush()  # a crash or Ctrl-C keeps everything seen so far
                     on_line(line)
 
+            if request.builder == "buildkit":
+                return self._buildkit(request, emit)
             tally = self._stream_build(request, emit)
             tally, tail = finish_build_stream(tally)
             emit(tail)
@@ -327,6 +330,17 @@ class DockerEngine:
             log_path=request.log_path,
             steps=tally.steps,
             cached_steps=tally.cached_steps,
+        )
+
+    def _buildkit(self, request: BuildRequest, emit: Callable[[list[str]], None]) -> BuildResult:
+        outcome = run_buildx(request, docker_host=self.url, emit=lambda line: emit([line]),
+                             load=lambda chunks: self.load(chunks).image_ids)
+        for reference in request.tags:
+            self.tag(outcome.image_id, reference)
+        return BuildResult(
+            image_id=outcome.image_id, tags=request.tags, log_path=request.log_path,
+            steps=len(outcome.tally.steps), cached_steps=outcome.tally.cached_steps,
+            builder="buildkit", native_timestamps=request.rewrite_timestamps,
         )
 
     def _stream_build(

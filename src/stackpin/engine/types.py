@@ -20,7 +20,7 @@ from stackpin.matrix import RunFlags
 
 @dataclass(frozen=True, kw_only=True)
 class BuildRequest:
-    """One classic-builder build of a context directory."""
+    """One build of a context directory, by the classic builder or BuildKit (buildx)."""
 
     context_dir: Path
     dockerfile: str = "Dockerfile"
@@ -36,6 +36,9 @@ class BuildRequest:
     log_path: Path
     # Context file mtimes are clamped to this (as SOURCE_DATE_EPOCH tools do); None keeps them.
     source_date_epoch: int | None = None
+    builder: str = "classic"  # or "buildkit" (stackpin.engine.buildx.select_builder)
+    # BuildKit only: the engine clamps layer mtimes to source_date_epoch itself.
+    rewrite_timestamps: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +93,9 @@ class BuildResult:
     log_path: Path
     steps: int
     cached_steps: int
+    builder: str = "classic"
+    # The engine wrote reproducible timestamps: the image needs no normalisation.
+    native_timestamps: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

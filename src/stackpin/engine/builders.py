@@ -1,0 +1,73 @@
+"""Which builder a build uses: BuildKit where the engine and the docker CLI have it, else the
+classic builder; and whether the engine's BuildKit writes reproducible timestamps itself
+(see ``stackpin.engine.buildx`` for what each engine does). Pure: no SDK, no subprocess."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from stackpin.engine.types import EngineReport, EngineVersion
+from stackpin.errors import HostEnvironmentError
+
+Builder = Literal["classic", "buildkit"]
+BUILDER_CHOICES = ("auto", "buildkit", "classic")
+# BuildKit 0.13 (Engine 26) added the image exporters' rewrite-timestamp option.
+NATIVE_TIMESTAMPS_SINCE = 26
+# Engine 23.0 made BuildKit the default builder; before, it was opt-in (DOCKER_BUILDKIT=1).
+BUILDKIT_DEFAULT_SINCE = 23
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuilderChoice:
+    builder: Builder
+    native_timestamps: bool  # the engine writes reproducible layers itself (no normalising)
+    reason: str  # why, in a few words (shown by `stackpin build` and `doctor`)
+
+
+def _major(version: EngineVersion) -> int:
+    word = version.version.split(".")[0]
+    return int(word) if word.isdigit() else 0
+
+
+def native_timestamps(version: EngineVersion) -> bool:
+    """Whether this engine's BuildKit can rewrite layer timestamps into a loadable image."""
+    return version.store == "containerd" and _major(version) >= NATIVE_TIMESTAMPS_SINCE
+
+
+def select_builder(requested: str, *, report: EngineReport, buildx: str) -> BuilderChoice:
+    """``auto`` prefers BuildKit where it is the engine's own default builder (Engine 23+)
+    and the docker CLI has buildx, else the classic builder.
+
+    Engine 20.10's BuildKit (0.8) is opt-in there and ignores SOURCE_DATE_EPOCH, so it gains
+    nothing over the classic builder; ``--builder buildkit`` still uses it. Asking for
+    ``buildkit`` where it cannot run is a one-line host error, never a silent classic build.
+    """
+    engine = f"Docker {report.version.version}"
+    if requested == "classic":
+        return BuilderChoice(builder="classic", native_timestamps=False,
+                             reason="classic builder requested")
+    missing = ""
+    if not report.buildkit:
+        missing = f"{engine} has no BuildKit (API {report.version.api_version} < 1.39)"
+    elif not buildx:
+        missing = ("the docker CLI has no buildx plugin (install Debian's docker-buildx or "
+                   "Docker's docker-buildx-plugin)")
+    if missing and requested == "buildkit":
+        msg = f"cannot build with BuildKit: {missing}; or use --builder classic"
+        raise HostEnvironmentError(msg)
+    if missing:
+        return BuilderChoice(builder="classic", native_timestamps=False, reason=missing)
+    if requested == "auto" and _major(report.version) < BUILDKIT_DEFAULT_SINCE:
+        reason = (f"{engine}'s BuildKit is opt-in and ignores SOURCE_DATE_EPOCH; "
+                  "--builder buildkit uses it anyway")
+        return BuilderChoice(builder="classic", native_timestamps=False, reason=reason)
+    native = native_timestamps(report.version)
+    how = ("the engine rewrites layer timestamps" if native
+           else "timestamps normalised by stackpin")
+    return BuilderChoice(builder="buildkit", native_timestamps=native,
+                         reason=f"BuildKit via buildx {buildx} on {engine} "
+                                f"({report.version.store} store; {how})")
+
+
+CLASSIC = BuilderChoice(builder="classic", native_timestamps=False, reason="classic builder")

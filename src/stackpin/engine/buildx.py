@@ -1,0 +1,228 @@
+"""BuildKit builds through ``docker buildx`` (the maintained BuildKit client), and the choice
+between BuildKit and the classic builder.
+
+The daemon's own BuildKit is used (buildx's ``docker`` driver, ``--builder default``): it
+resolves ``FROM`` from the engine's local image store, which is where stackpin's
+bootstrapped base lives on a host without a registry. A ``docker-container`` builder would
+have to pull BuildKit's image first.
+
+What each engine's BuildKit does with ``SOURCE_DATE_EPOCH`` (observed on Docker 20.10.24,
+28.5.2 classic store and 28.5.2 containerd image store; docs/reproducibility.md):
+
+- Engine 20.10 (BuildKit 0.8): ignores it; the config's dates and the layers' mtimes are
+  the build's, so stackpin normalises the image afterwards (as after a classic build).
+- Engine 26+ on the classic store: the config's ``created`` and history are clamped, but
+  the moby image exporter has no ``rewrite-timestamp`` (it accepts and ignores it) and the
+  docker driver offers no tar exporter there: the layers keep build-time mtimes, so
+  stackpin normalises them.
+- Engine 26+ (BuildKit 0.13+) on the containerd image store: the image exporter refuses
+  ``rewrite-timestamp`` (moby forces ``unpack``, which conflicts with it), so the build is
+  exported as a docker-format tar with ``rewrite-timestamp=true`` to stdout and streamed
+  into ``docker load``: the engine itself writes the layers with clamped mtimes and the
+  image is reproducible without stackpin's save/rewrite/load ("native" timestamps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from stackpin.engine.docker_build import write_build_context
+from stackpin.engine.types import BuildRequest
+from stackpin.errors import BuildError, HostEnvironmentError
+from stackpin.primitives import CHUNK
+
+_STEP = re.compile(r"^#(\d+) \[(?:[^\]]*\s)?\d+/\d+\] (.*)$")
+_CACHED = re.compile(r"^#(\d+) CACHED$")
+_VERTEX_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
+
+
+def buildx_version() -> str:
+    """`docker buildx version`'s version word, or "" without the docker CLI or the plugin."""
+    if shutil.which("docker") is None:
+        return ""
+    done = subprocess.run(["docker", "buildx", "version"], capture_output=True, text=True,
+                          check=False)
+    words = done.stdout.split()
+    return words[1] if done.returncode == 0 and len(words) > 1 else ""
+
+
+# --- the command ---------------------------------------------------------------------------
+
+
+def buildx_argv(request: BuildRequest, *, metadata_file: Path) -> list[str]:
+    """The ``docker buildx build`` command for a request; the context tar comes on stdin."""
+    argv = ["docker", "buildx", "build", "--builder", "default", "--progress", "plain",
+            "--metadata-file", str(metadata_file),
+            # Attestations carry build times and builder IDs: they would change the identity.
+            "--provenance=false", "--sbom=false"]
+    if request.dockerfile != "Dockerfile":
+        argv += ["--file", request.dockerfile]
+    if request.network_mode:
+        argv += ["--network", request.network_mode]
+    if request.nocache:
+        argv.append("--no-cache")
+    if request.pull:
+        argv.append("--pull")
+    for tag in request.tags:
+        argv += ["--tag", tag]
+    for key, value in sorted(request.labels.items()):
+        argv += ["--label", f"{key}={value}"]
+    args = dict(request.buildargs)
+    if request.source_date_epoch is not None:
+        args.setdefault("SOURCE_DATE_EPOCH", str(request.source_date_epoch))
+    for key, value in sorted(args.items()):
+        argv += ["--build-arg", f"{key}={value}"]
+    if request.rewrite_timestamps:
+        argv += ["--output", "type=docker,dest=-,rewrite-timestamp=true"]
+    else:
+        argv += ["--output", "type=image"]
+    argv.append("-")
+    return argv
+
+
+# --- progress: a fold over buildx's plain output -------------------------------------------
+
+
+@dataclass(kw_only=True)
+class BuildkitTally:
+    """What the plain progress said so far: steps by vertex, cache hits, the failure."""
+
+    steps: dict[str, str] = field(default_factory=dict)  # vertex -> "[2/5] RUN ..."
+    cached: set[str] = field(default_factory=set)
+    current_step: str = ""
+    failed_step: str = ""
+    error: str = ""
+
+    def add(self, line: str) -> None:
+        text = line.rstrip()
+        if match := _STEP.match(text):
+            self.steps.setdefault(match.group(1), text.split(" ", 1)[1])
+            self.current_step = self.steps[match.group(1)]
+        elif match := _CACHED.match(text):
+            self.cached.add(match.group(1))
+        elif match := _VERTEX_ERROR.match(text):
+            self.failed_step = self.steps.get(match.group(1), self.failed_step)
+            self.error = self.error or match.group(2)
+        elif text.startswith("ERROR: "):
+            self.error = self.error or text.removeprefix("ERROR: ")
+
+    @property
+    def cached_steps(self) -> int:
+        """Cache hits of real steps (BuildKit reports FROM as CACHED even with --no-cache)."""
+        return sum(1 for vertex in self.cached
+                   if vertex in self.steps and " FROM " not in f" {self.steps[vertex]}")
+
+
+# --- running it ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildkitOutcome:
+    image_id: str  # the engine's ID of the result (config digest, or manifest digest)
+    tally: BuildkitTally
+
+
+Loader = Callable[[Iterable[bytes]], tuple[str, ...]]  # chunks -> the loaded image IDs
+
+
+def run_buildx(
+    request: BuildRequest, *, docker_host: str, emit: Callable[[str], None], load: Loader,
+) -> BuildkitOutcome:
+    """Run buildx with the normalised context tar on stdin, streaming its progress to ``emit``.
+
+    With ``rewrite_timestamps`` the image arrives on buildx's stdout and goes straight into
+    ``load``; the ID buildx reports must be among the IDs the engine loaded.
+    """
+    tally = BuildkitTally()
+    with tempfile.TemporaryDirectory(prefix="stackpin-buildx-") as tmp:
+        context, metadata = Path(tmp) / "context.tar", Path(tmp) / "metadata.json"
+        with context.open("wb") as out:
+            write_build_context(request.context_dir, out, dockerfile=request.dockerfile,
+                                source_date_epoch=request.source_date_epoch)
+        env = {**os.environ, "DOCKER_HOST": docker_host}
+        with context.open("rb") as stdin, _process(
+                buildx_argv(request, metadata_file=metadata), stdin=stdin, env=env,
+                stdout=request.rewrite_timestamps) as proc:
+            reader = threading.Thread(target=_fold_lines, args=(proc.stderr, tally, emit))
+            reader.start()
+            loaded = _load_output(proc.stdout, load) if proc.stdout else ()
+            code = proc.wait()
+            reader.join()
+        if code != 0 or tally.error:
+            raise buildkit_failure(tally, request.log_path, code)
+        image_id = _metadata_digest(metadata)
+    if request.rewrite_timestamps and image_id not in loaded:
+        msg = (f"buildx reported image {image_id} but the engine loaded "
+               f"{', '.join(loaded) or 'nothing'}; full log: {request.log_path}")
+        raise BuildError(msg, step="export", log_path=str(request.log_path))
+    return BuildkitOutcome(image_id=image_id, tally=tally)
+
+
+@contextlib.contextmanager
+def _process(argv: list[str], *, stdin: IO[bytes], env: dict[str, str],
+             stdout: bool) -> Iterator[subprocess.Popen[bytes]]:
+    try:
+        proc = subprocess.Popen(argv, stdin=stdin, env=env, stderr=subprocess.PIPE,
+                                stdout=subprocess.PIPE if stdout else subprocess.DEVNULL)
+    except FileNotFoundError:
+        msg = "docker CLI not found: install docker.io (or docker-ce-cli), or --builder classic"
+        raise HostEnvironmentError(msg) from None
+    try:
+        yield proc
+    finally:
+        # Ctrl-C or a failed load: buildx cancels the build when it is terminated.
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _fold_lines(stream: IO[bytes], tally: BuildkitTally, emit: Callable[[str], None]) -> None:
+    for raw in stream:
+        line = raw.decode("utf-8", errors="replace").rstrip("\n")
+        tally.add(line)
+        emit(line)
+
+
+def _load_output(stdout: IO[bytes], load: Loader) -> tuple[str, ...]:
+    """Load buildx's tar unless the build produced none (it failed: its exit code says why)."""
+    first = stdout.read(CHUNK)
+    if not first:
+        return ()
+
+    def chunks() -> Iterator[bytes]:
+        yield first
+        while chunk := stdout.read(CHUNK):
+            yield chunk
+
+    return load(chunks())
+
+
+def _metadata_digest(path: Path) -> str:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return str(data["containerimage.digest"])
+    except (OSError, ValueError, KeyError):
+        msg = f"buildx wrote no image digest to its metadata file {path.name}; upgrade buildx"
+        raise HostEnvironmentError(msg) from None
+
+
+def buildkit_failure(tally: BuildkitTally, log_path: Path, code: int) -> BuildError:
+    step = tally.failed_step or tally.current_step or "before the first step"
+    reason = tally.error or f"docker buildx exited {code}"
+    return BuildError(f"build failed at {step}: {reason}; full log: {log_path}",
+                      step=tally.failed_step or tally.current_step, log_path=str(log_path))
