@@ -129,18 +129,19 @@ def _model_that_always_says(char: str) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def test_generation_repeating_one_character_fails_degenerate_and_golden():
+def test_recall_from_a_model_repeating_one_character_fails():
     model, tokenizer = _model_that_always_says("a")
-    device = torch.device("cpu")
-    found = level6.generate_all(model, tokenizer, tinylm.GOLDEN[:2], device)
+    found = level5.recall(model, tokenizer, tinylm.GOLDEN[:2], torch.device("cpu"))
     ctx = verify_helpers.cpu_context()
-    degenerate = run_check("L6.degenerate", functools.partial(level6.check_degenerate, ctx, found))
-    golden = run_check("L6.golden", functools.partial(level6.check_golden, ctx, found))
+    recall = run_check("L5.lora.recall", functools.partial(level5.check_lora_recall, ctx, found))
     assert found[0].text.startswith("aaaaaa")
-    assert degenerate.status == "fail"
-    assert "character 'a' repeated" in degenerate.reason
-    assert golden.status == "fail"
-    assert "2 of 2 golden answers differ" in golden.reason
+    assert recall.status == "fail"
+    assert "2 of 2 memorised answers differ" in recall.reason
+    assert level6.detect_degenerate(found[0].text, [4] * len(found[0].text)) is not None
+
+
+def test_recall_with_nothing_generated_fails():
+    assert level5.judge_recall([]) == "nothing was generated"
 
 
 def test_degenerate_detector_spares_ordinary_answers():

@@ -1,5 +1,6 @@
-"""L5 training: LoRA through peft on a tiny Qwen2 model, adapter round trip, a full step,
-and the same through unsloth where it is installed on an accelerator."""
+"""L5 training: LoRA through peft on a tiny Qwen2 model, greedy recall of what it learned,
+adapter round trip, a full step, and the same through unsloth where it is installed on an
+accelerator."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ from stackpin_verify.context import Context, tiny_work_threads
 LORA_STEPS = 80
 LORA_LR = 1e-2
 FULL_LR = 1e-3
+# Room past the longest answer so a model that never stops shows its repetition.
+EXTRA_TOKENS = 8
 
 
 @dataclass
 class LoraSession:
-    """State shared by the L5 checks and L6 (the trained model is what L6 generates with)."""
+    """State shared by the L5 checks (trained once per run)."""
 
     tokenizer: Any
     config: Any
@@ -42,6 +45,7 @@ def run(ctx: Context) -> list[CheckResult]:
             run_check("L5.data.padding_labels", functools.partial(check_padding_labels, ctx)),
             run_check("L5.lora.attach", functools.partial(check_lora_attach, ctx)),
             run_check("L5.lora.train", functools.partial(check_lora_train, ctx)),
+            run_check("L5.lora.recall", functools.partial(check_lora_recall, ctx)),
             run_check("L5.lora.adapter_roundtrip", functools.partial(check_adapter_roundtrip, ctx)),
             run_check("L5.full_step", functools.partial(check_full_step, ctx)),
         ]
@@ -128,7 +132,7 @@ def check_lora_attach(ctx: Context, targets: Sequence[str] = tinylm.LORA_TARGETS
 
 
 def trained_session(ctx: Context) -> LoraSession:
-    """Train once per run; L6 reuses the result."""
+    """Train once per run; the later L5 checks reuse the result."""
     session = lora_session(ctx)
     if session.trace is None:
         session.trace = training.train_steps(
@@ -154,6 +158,53 @@ def check_lora_train(ctx: Context) -> Metrics:
     metrics["dtype"] = str(ctx.train_dtype()).removeprefix("torch.")
     require(training.judge_trainable(session.trainable, session.expected), metrics)
     require(training.judge_trace(session.trace), metrics)
+    return metrics
+
+
+@dataclass
+class Recall:
+    prompt: str
+    expected: str
+    text: str
+
+
+def recall(
+    model: Any, tokenizer: Any, cases: Sequence[tuple[str, str]], device: torch.device
+) -> list[Recall]:
+    found = []
+    for prompt, expected in cases:
+        ids, _ = tinylm.greedy_decode(
+            model, tokenizer, prompt, max_new_tokens=len(expected) + EXTRA_TOKENS, device=device
+        )
+        found.append(Recall(prompt, expected, tokenizer.decode(ids, skip_special_tokens=True)))
+    return found
+
+
+def judge_recall(found: Sequence[Recall]) -> str | None:
+    wrong = [r for r in found if r.text != r.expected]
+    if not found or not wrong:
+        return "nothing was generated" if not found else None
+    shown = "; ".join(f"{r.prompt!r} -> {r.text!r} (expected {r.expected!r})" for r in wrong[:3])
+    return f"{len(wrong)} of {len(found)} memorised answers differ: {shown}"
+
+
+def check_lora_recall(ctx: Context, found: Sequence[Recall] | None = None) -> Metrics:
+    """Greedy generation from the trained model reproduces the pairs it memorised: that the
+    training took (L6 judges generation itself against a fixed model's golden answers)."""
+    if found is None:
+        session = trained_session(ctx)
+        assert session.trace is not None
+        reason = training.judge_trace(session.trace)
+        if reason:
+            msg = f"training (L5.lora.train) failed, nothing to recall: {reason}"
+            raise CheckFailed(msg)
+        found = recall(session.model, session.tokenizer, tinylm.GOLDEN, ctx.device)
+    metrics: Metrics = {
+        "cases": len(found),
+        "exact": sum(r.text == r.expected for r in found),
+        "outputs": [r.text for r in found],
+    }
+    require(judge_recall(found), metrics)
     return metrics
 
 
