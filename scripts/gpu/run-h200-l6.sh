@@ -8,7 +8,7 @@
 #   scripts/gpu/run-h200-l6.sh headline  L0-L6, FlashAttention wheel installed in $SITE
 #                                        (install-wheels.sh), image-h200-fa.json
 #
-# Writes into $OUT: run.log, and l6/report.{json,xml} + l6-faults.json (one report per
+# Writes into $OUT: run-<part>.log, and l6/report.{json,xml} + l6-faults.json (one report per
 # fault, keyed by fault), or headline/report.{json,xml}.
 set -uo pipefail
 . scripts/gpu/env.sh
@@ -80,4 +80,4 @@ PY
     *) echo "usage: $0 l6|headline" >&2; exit 2 ;;
   esac
   date -u
-} 2>&1 | tee "$OUT/run.log"
+} 2>&1 | tee "$OUT/run-${1:-usage}.log"
