@@ -45,6 +45,7 @@ MATRIX_CELL = "matrix-bookworm-py311"
 EPOCH = 1735689600  # the CPU default's source_date_epoch (2025-01-01), which the cell keeps
 # Writes files at build time (their mtimes differ per build: normalisation's job), has the
 # venv the SBOM probe runs in, starts through the rendered entrypoint, carries the labels.
+# 32 MiB of zeros make its own layer far smaller compressed than unpacked (image sizes).
 SMALL_TEMPLATE = """\
 # Engine-matrix image for cell {{ cell.id }}, variant {{ variant }}: small on purpose.
 FROM {{ base_reference }}
@@ -54,6 +55,7 @@ RUN python3 -m venv --without-pip /opt/stackpin/venv \\
     && mkdir -p /opt/stackpin/data \\
     && python3 -c 'import sys; print(sys.version.split()[0])' > /opt/stackpin/data/python \\
     && echo {{ cell.id }} > /opt/stackpin/data/cell \\
+    && head -c 32M /dev/zero > /opt/stackpin/data/zeros \\
     && chmod 0755 /opt/stackpin/entrypoint.sh
 {% include "fragments/labels.j2" %}
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
@@ -288,3 +290,20 @@ def _remove_tags(engine: DockerEngine, image_id: str) -> None:
     if engine.image_info(image_id) is not None:
         engine.remove_image(image_id, force=True)
     assert engine.image_info(image_id) is None
+
+
+def test_images_reports_the_unpacked_size_on_every_store(matrix_engine, matrix_build):
+    # The containerd store's own Size is the compressed content (gzip layers from BuildKit):
+    # `stackpin images` must report what the layers take unpacked, as on the classic store.
+    image_id = str(matrix_build["image_id"])
+
+    def count(data):  # type: ignore[no-untyped-def]
+        return sum(len(chunk) for chunk in iter(lambda: data.read(1 << 20), b""))
+
+    saved = read_save(chunk_stream(matrix_engine.save(SaveRequest(images=(image_id,)))), count)
+    layer_bytes = sum(layer.value for layer in saved.layers_of(saved.entry_for(image_id)))
+    done = stackpin(Path(str(matrix_build["checkout"])), "images", "--json",
+                    env=on(matrix_engine))
+    assert done.returncode == 0, done.stderr
+    (row,) = [r for r in json.loads(done.stdout) if r["id"] == image_id]
+    assert 0.9 * layer_bytes <= row["size"] <= 1.2 * layer_bytes, (row["size"], layer_bytes)

@@ -38,6 +38,7 @@ from stackpin.engine.docker_build import (
     tally_build_event,
     write_build_context,
 )
+from stackpin.engine.types import unpacked_size
 from stackpin.errors import BuildError, HostEnvironmentError
 from stackpin.matrix import RunFlags
 
@@ -405,3 +406,15 @@ def test_the_pipeline_never_loads_the_docker_sdk():
     out = subprocess.run([sys.executable, "-c", with_transport], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "['docker', 'requests']"  # the witness can see the SDK
+
+
+def test_unpacked_size_reads_the_containerd_listing_and_skips_attestations():
+    # The shape Docker 28 (containerd image store) answers /images/json?manifests=1 with.
+    image = {"Kind": "image", "Available": True, "Size": {"Content": 47_000_000},
+             "ImageData": {"Size": {"Unpacked": 125_853_696}}}
+    attestation = {"Kind": "attestation", "Available": True,
+                   "AttestationData": {"For": "sha256:..."}, "Size": {"Content": 900}}
+    absent = {**image, "Available": False}
+    assert unpacked_size({"Size": 47_000_900, "Manifests": [image, attestation, absent]}) == (
+        125_853_696)
+    assert unpacked_size({"Size": 112_000_000}) == 0  # classic store: Size is unpacked already

@@ -78,6 +78,8 @@ def built_images(infos: list[ImageInfo]) -> list[ImageInfo]:
 def command(as_json: bool) -> None:
     """List built images: cell, variant, lock digest, size, base + environment sizes.
 
+    The size is the unpacked size of the image's layers on either store (on the containerd
+    image store, not the compressed content that `docker image inspect` reports).
     The environment size is measured at build time (du of /opt/stackpin in the image);
     hygiene holds when size <= 1.05 x (base + environment), i.e. no wheel, cache or
     apt list was left in a layer.

@@ -13,6 +13,7 @@ build and remove its intermediate containers (``forcerm``) after Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import tempfile
@@ -49,6 +50,7 @@ from stackpin.engine.types import (
     engine_report,
     image_info_from_inspect,
     store_of,
+    unpacked_size,
 )
 from stackpin.errors import HostEnvironmentError
 
@@ -253,10 +255,24 @@ class DockerEngine:
 
     @_needs_daemon
     def list_images(self, label: str) -> list[ImageInfo]:
-        """Every local image carrying ``label`` ("key" or "key=value"), newest first."""
-        summaries = self._api.images(filters={"label": label})
-        infos = [self.image_info(str(s["Id"])) for s in summaries]
-        found = [i for i in infos if i is not None]
+        """Every local image carrying ``label`` ("key" or "key=value"), newest first.
+
+        ``size`` is the unpacked size on both stores: on the containerd image store the
+        daemon's ``Size`` is the (compressed) content, so the unpacked size of each
+        platform's snapshot is taken from the listing's manifests (API 1.47+).
+        """
+        # The SDK's images() cannot ask for manifests; older daemons ignore the parameter.
+        url = f"{self._api.base_url}/v{self._api.api_version}/images/json"
+        params = {"filters": json.dumps({"label": [label]}), "manifests": "1"}
+        response = self._api.get(url, params=params)
+        response.raise_for_status()
+        summaries: list[dict[str, Any]] = response.json()
+        found = []
+        for summary in summaries:
+            info = self.image_info(str(summary["Id"]))
+            if info is not None:
+                unpacked = unpacked_size(summary)
+                found.append(replace(info, size=unpacked) if unpacked else info)
         return sorted(found, key=lambda i: (i.created, i.id), reverse=True)
 
     @_needs_daemon

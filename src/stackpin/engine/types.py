@@ -194,6 +194,17 @@ def image_info_from_inspect(data: Mapping[str, Any]) -> ImageInfo:
     )
 
 
+def unpacked_size(summary: Mapping[str, Any]) -> int:
+    """The unpacked bytes of an ``/images/json?manifests=1`` entry's images, 0 when the
+    daemon does not say (the classic store, whose ``Size`` is already unpacked, or API
+    before 1.47). Attestation manifests and platforms not present locally count nothing."""
+    return sum(
+        int(((manifest.get("ImageData") or {}).get("Size") or {}).get("Unpacked") or 0)
+        for manifest in summary.get("Manifests") or ()
+        if manifest.get("Kind") == "image" and manifest.get("Available")
+    )
+
+
 def digest_matches(info: ImageInfo, pinned: str) -> bool:
     """Whether a pinned ``sha256:`` is this image's ID or one of its registry digests.
 
