@@ -29,9 +29,8 @@ from stackpin.engine import Engine, ImageInfo, digest_matches
 from stackpin.engine.save_format import image_layout
 from stackpin.errors import BuildError, ConfigurationError, HostEnvironmentError, ValidationError
 from stackpin.matrix import Cell
-from stackpin.primitives import canonical_bytes, rfc3339
+from stackpin.primitives import canonical_bytes, rfc3339, sha256_file
 from stackpin.target import LABEL_BOOTSTRAP_DIGEST
-from stackpin.wheelhouse import sha256_file
 
 # Debian architecture names for the cell's cpu_arch (uname -m spelling).
 DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el", "s390x": "s390x"}

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import io
 import itertools
 import json
 import os
@@ -42,7 +41,7 @@ from typing import IO, Any
 from stackpin.engine import Engine, SaveRequest, chunk_stream
 from stackpin.engine.save_format import ImageLayout, image_layout, read_save
 from stackpin.errors import BuildError
-from stackpin.primitives import CHUNK, canonical_bytes, pid_alive, rfc3339
+from stackpin.primitives import CHUNK, HashingWriter, canonical_bytes, pid_alive, rfc3339
 from stackpin.target import LABEL_SOURCE_DATE_EPOCH
 
 # Bump when the rewrite rules change: cached raw -> normalised mappings then go stale.
@@ -137,28 +136,6 @@ class LayerStats:
     removed: tuple[str, ...]
 
 
-class _HashingWriter(io.RawIOBase):
-    """A write-only file that hashes and counts what passes through to ``out``."""
-
-    def __init__(self, out: IO[bytes]) -> None:
-        self._out = out
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.size
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data)
-        self._out.write(view)
-        self.sha256.update(view)
-        self.size += len(view)
-        return len(view)
-
-
 @dataclass(frozen=True, kw_only=True)
 class _Planned:
     info: tarfile.TarInfo
@@ -231,7 +208,7 @@ def normalize_layer(source: IO[bytes], out: IO[bytes], *, source_date_epoch: int
         msg = f"cannot read a layer tar to normalise it ({exc}); rebuild with --no-normalize"
         raise BuildError(msg) from None
     planned, removed = _plan_layer(members, source, source_date_epoch=source_date_epoch)
-    writer = _HashingWriter(out)
+    writer = HashingWriter(out)
     with tarfile.TarFile(
         fileobj=writer, mode="w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK
     ) as tar:

@@ -1,16 +1,25 @@
 """Small primitives every module shares, each defined once.
 
-Timestamps, canonical JSON, the read size for streams and the PID-alive check used to
-clear the staging folders of dead runs. Pure standard library; imports nothing of
-stackpin, so any module may use it.
+Timestamps, canonical JSON, the read size for streams, hashing a stream as it passes,
+the tar member writer, and a folder staged beside its target then swapped in (with the
+PID-alive check that clears the staging folders of dead runs). Pure standard library;
+imports nothing of stackpin, so any module may use it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
 import json
 import os
+import re
+import shutil
+import tarfile
+from collections.abc import Iterator
 from datetime import datetime, timezone
-from typing import Any
+from pathlib import Path
+from typing import IO, Any, Literal
 
 # One read size for every stream (wheels, layers, bundles): 1 MiB keeps memory flat and
 # the syscall count low.
@@ -50,3 +59,127 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+# --- hashing streams ----------------------------------------------------------------------
+
+
+def hash_stream(handle: IO[bytes]) -> tuple[int, str]:
+    """Size and sha256 hex of everything left in ``handle``, read in CHUNKs."""
+    digest, size = hashlib.sha256(), 0
+    while chunk := handle.read(CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hash_stream(handle)[1]
+
+
+class HashingWriter(io.RawIOBase):
+    """A write-only file that hashes and counts what passes through to ``out``."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.size
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self._out.write(view)
+        self.sha256.update(view)
+        self.size += len(view)
+        return len(view)
+
+
+class HashingReader(io.RawIOBase):
+    """A read-only file over ``inner`` that hashes and counts what is read through it."""
+
+    def __init__(self, inner: IO[bytes]) -> None:
+        self._inner = inner
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._inner.read(min(len(buffer), CHUNK))
+        self.sha256.update(data)
+        self.size += len(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+
+# --- tar members --------------------------------------------------------------------------
+
+TarFormat = Literal[0, 1, 2]  # tarfile.USTAR_FORMAT, GNU_FORMAT, PAX_FORMAT
+
+
+def tar_member(
+    name: str, data: IO[bytes], size: int, *, mtime: int = 0, mode: int = 0o644,
+    fmt: TarFormat = tarfile.USTAR_FORMAT,
+) -> Iterator[bytes]:
+    """One regular file of a tar stream: header (owner 0:0, no names), data, padding."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = size, mtime, mode
+    yield info.tobuf(format=fmt)
+    while chunk := data.read(CHUNK):
+        yield chunk
+    if size % tarfile.BLOCKSIZE:
+        yield b"\0" * (tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)
+
+
+def tar_directory(name: str, *, mtime: int = 0, fmt: TarFormat = tarfile.USTAR_FORMAT) -> bytes:
+    """The header of one directory (mode 0755, owner 0:0, no names)."""
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, mtime
+    return info.tobuf(format=fmt)
+
+
+def tar_end(written: int | None = None) -> bytes:
+    """The end-of-archive marker: two zero blocks. Given the bytes ``written`` before it,
+    also the zeros up to a whole record, as tar(1) and Python's tarfile end an archive."""
+    end = b"\0" * (2 * tarfile.BLOCKSIZE)
+    if written is None:
+        return end
+    return end + b"\0" * (-(written + len(end)) % tarfile.RECORDSIZE)
+
+
+# --- staging a folder, then swapping it in ------------------------------------------------
+
+
+@contextlib.contextmanager
+def staged_folder(target: Path) -> Iterator[Path]:
+    """A fresh hidden folder beside ``target``, renamed into its place only on success.
+
+    On an error the staging folder is removed and ``target`` is left as it was; the one
+    that is replaced is removed after the swap. Staging folders of runs that died (their
+    PID is gone) are cleared first.
+    """
+    parent = target.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(?:partial|old)-(\d+)$")
+    for stale in parent.iterdir():
+        match = pattern.match(stale.name)
+        if match and (int(match.group(1)) == os.getpid() or not pid_alive(int(match.group(1)))):
+            shutil.rmtree(stale, ignore_errors=True)
+    staging = parent / f".{target.name}.partial-{os.getpid()}"
+    staging.mkdir()
+    try:
+        yield staging
+        old = parent / f".{target.name}.old-{os.getpid()}"
+        if target.exists():
+            target.rename(old)
+        staging.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

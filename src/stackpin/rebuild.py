@@ -10,7 +10,6 @@ temp files, nothing held but the summaries.
 
 from __future__ import annotations
 
-import hashlib
 import tarfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,7 +23,7 @@ from stackpin.engine.save_format import read_save
 from stackpin.errors import HostEnvironmentError
 from stackpin.matrix import Variant
 from stackpin.normalize import NormalizeRequest, normalize_image
-from stackpin.primitives import CHUNK
+from stackpin.primitives import hash_stream
 
 Kind = Literal["content", "mtime", "mode", "owner", "only_in_existing", "only_in_rebuilt"]
 _TYPES = {
@@ -57,12 +56,7 @@ class MemberSummary:
 
 
 def member_summary(info: tarfile.TarInfo, data: IO[bytes] | None) -> MemberSummary:
-    digest = ""
-    if data is not None:
-        sha = hashlib.sha256()
-        while chunk := data.read(CHUNK):
-            sha.update(chunk)
-        digest = sha.hexdigest()
+    digest = hash_stream(data)[1] if data is not None else ""
     return MemberSummary(
         type=_TYPES.get(info.type, info.type.decode("ascii", "replace")),
         mode=info.mode, uid=info.uid, gid=info.gid, owner_names=f"{info.uname}:{info.gname}",

@@ -11,8 +11,6 @@ replace, as tox does with its executor.
 
 from __future__ import annotations
 
-import hashlib
-import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -28,15 +26,7 @@ from stackpin.piptarget import (
     subprocess_runner,
     target_platforms,
 )
-from stackpin.primitives import CHUNK
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+from stackpin.primitives import sha256_file, staged_folder
 
 
 def cell_dir(root: Path, cell_id: str) -> Path:
@@ -166,9 +156,7 @@ def fetch(
         raise ValidationError(msg)
     target = cell_dir(root, cell.id)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{cell.id}.", dir=target.parent) as tmp:
-        staging = Path(tmp) / "wheels"
-        staging.mkdir()
+    with staged_folder(target) as staging, tempfile.TemporaryDirectory() as tmp:
         requirements = Path(tmp) / "requirements.txt"
         requirements.write_text(locked_requirements(lock), encoding="utf-8")
         argv = pip_download_argv(cell, dest=staging, requirements=requirements)
@@ -179,17 +167,9 @@ def fetch(
                 "pip could not find for this target (check the lock and the index)"
             )
             raise HostEnvironmentError(msg)
-        _swap_in(staging, target, Path(tmp) / "old")
     files = list(target.glob("*.whl"))
     return FetchResult(wheel_count=len(files), bytes=sum(p.stat().st_size for p in files),
                        vendor=tuple(vendor_files_needed(lock, root)))
-
-
-def _swap_in(staging: Path, target: Path, old: Path) -> None:
-    if target.exists():
-        target.rename(old)
-    staging.rename(target)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def require_complete(lock: Lock, cell: Cell, root: Path) -> None:

@@ -37,8 +37,8 @@ from stackpin.engine import SaveRequest
 from stackpin.engine.save_format import read_save
 from stackpin.errors import BundleError, HostEnvironmentError
 from stackpin.matrix import RunFlags
+from stackpin.primitives import sha256_file
 from stackpin.render import base_reference
-from stackpin.wheelhouse import sha256_file
 
 
 def _files(folder: Path) -> list[str]:

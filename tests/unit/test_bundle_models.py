@@ -10,7 +10,7 @@ import pytest
 import zstandard
 from test_bundle_fakes import CPU_CELL, export_cpu, project, site_trusting
 
-from stackpin import sbom
+from stackpin import primitives, sbom
 from stackpin.bundle import models
 from stackpin.bundle import verify as verifying
 from stackpin.errors import BundleError
@@ -82,7 +82,7 @@ def test_with_models_ships_each_model_its_licence_and_an_sbom_of_them(tmp_path, 
     assert (model["type"], model["name"]) == ("machine-learning-model", "tiny")
     assert model["licenses"] == [{"license": {"id": "Apache-2.0"}}]
     weights = {c["name"]: c["hashes"][0]["content"] for c in model["components"]}
-    assert weights["models/tiny/model.safetensors"] == models.sha256_file(
+    assert weights["models/tiny/model.safetensors"] == primitives.sha256_file(
         source / "model.safetensors")
     manifest = {f["path"] for f in json.loads((out / "manifest.json").read_bytes())["files"]}
     assert {"models/tiny/model.safetensors", "sbom/models.cdx.json"} <= manifest

@@ -20,7 +20,7 @@ from test_bundle_fakes import ROOT, export_cpu, resign
 from tests.tools import need_tool
 
 from stackpin import signing
-from stackpin.wheelhouse import sha256_file
+from stackpin.primitives import sha256_file
 
 
 @pytest.fixture(autouse=True)

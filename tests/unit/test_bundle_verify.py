@@ -18,7 +18,7 @@ from stackpin.bundle import load as loading
 from stackpin.bundle import trust
 from stackpin.bundle import verify as verifying
 from stackpin.errors import BundleError
-from stackpin.wheelhouse import sha256_file
+from stackpin.primitives import sha256_file
 
 
 @pytest.fixture

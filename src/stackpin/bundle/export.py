@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
 import shlex
 import shutil
 import tarfile
@@ -45,7 +43,14 @@ from stackpin.engine import Engine
 from stackpin.errors import BundleError, ValidationError
 from stackpin.lock import Lock, atomic_write
 from stackpin.matrix import RunFlags, cell_to_dict, visibility_environment
-from stackpin.primitives import pid_alive, rfc3339
+from stackpin.primitives import (
+    rfc3339,
+    sha256_file,
+    staged_folder,
+    tar_directory,
+    tar_end,
+    tar_member,
+)
 from stackpin.render import render_template
 from stackpin.target import (
     LABEL_LOCK_DIGEST,
@@ -55,7 +60,6 @@ from stackpin.target import (
     Target,
 )
 from stackpin.verification import verified_image
-from stackpin.wheelhouse import sha256_file
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,20 +177,6 @@ def resolve_images(engine: Engine, request: ExportRequest) -> list[BundleImage]:
             labels=dict(info.labels), run=run_flags_json(cell.run), size=info.size,
         ))
     return images
-
-
-def staging_dir(out_dir: Path) -> Path:
-    """A fresh hidden folder beside ``out_dir``; partial ones of dead exports are removed."""
-    parent = out_dir.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    pattern = re.compile(rf"^\.{re.escape(out_dir.name)}\.(?:partial|old)-(\d+)$")
-    for stale in parent.iterdir():
-        match = pattern.match(stale.name)
-        if match and (int(match.group(1)) == os.getpid() or not pid_alive(int(match.group(1)))):
-            shutil.rmtree(stale, ignore_errors=True)
-    path = parent / f".{out_dir.name}.partial-{os.getpid()}"
-    path.mkdir()
-    return path
 
 
 def _put(folder: Path, rel: str, data: bytes) -> None:
@@ -385,8 +375,7 @@ def export(engine: Engine, request: ExportRequest, *,
     key = signing.load_private(request.sign_key) if request.sign_key else None
     signed_by = signing.fingerprint(key.public_key()) if key else None
     images = resolve_images(engine, request)
-    staging = staging_dir(out_dir)
-    try:
+    with staged_folder(out_dir) as staging:
         names = sorted({t for i in images for t in i.tags})
         on_line(f"bundle: saving {len(images)} image(s) as one stream: {', '.join(names)}")
         stream, bundled = write_images(engine, names, staging / IMAGES,
@@ -405,9 +394,6 @@ def export(engine: Engine, request: ExportRequest, *,
         data = finish_bundle(request, staging, images, stream, signed_by=signed_by)
         if key is not None:
             _put(staging, SIGNATURE, signing.sign(data, key))
-        _swap_into_place(staging, out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     if archive is not None:
         on_line(f"bundle: packing {archive}")
         with atomic_write(archive) as tmp:
@@ -415,14 +401,6 @@ def export(engine: Engine, request: ExportRequest, *,
     return ExportResult(out_dir=out_dir, archive=archive,
                         manifest_sha256=hashlib.sha256(data).hexdigest(), images=tuple(images),
                         stream=stream, signed_by=signed_by)
-
-
-def _swap_into_place(staging: Path, out_dir: Path) -> None:
-    old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
-    if out_dir.exists():
-        out_dir.rename(old)
-    staging.rename(out_dir)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def pack_archive(folder: Path, target: Path, *, mtime: int) -> None:
@@ -436,26 +414,14 @@ def pack_archive(folder: Path, target: Path, *, mtime: int) -> None:
     first = [p for p in (MANIFEST, SIGNATURE) if p in files]
     ordered = first + [p for p in files if p not in first]
     dirs = sorted({str(parent) for p in ordered for parent in PurePosixPath(p).parents} - {"."})
-    with target.open("wb") as out, tarfile.open(fileobj=out, mode="w",
-                                                format=tarfile.PAX_FORMAT) as tar:
-        tar.addfile(_tar_dir(top, mtime))
-        for rel in dirs:
-            tar.addfile(_tar_dir(f"{top}/{rel}", mtime))
+    with target.open("wb") as out:  # PAX: names of any length
+        for name in (top, *(f"{top}/{rel}" for rel in dirs)):
+            out.write(tar_directory(name, mtime=mtime, fmt=tarfile.PAX_FORMAT))
         for rel in ordered:
             path = folder / rel
-            info = tarfile.TarInfo(f"{top}/{rel}")
-            info.size = path.stat().st_size
-            info.mode = 0o755 if EXECUTABLE.match(rel) else 0o644
-            info.mtime = mtime
+            mode = 0o755 if EXECUTABLE.match(rel) else 0o644
             with path.open("rb") as handle:
-                tar.addfile(info, handle)
-
-
-def _tar_dir(name: str, mtime: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type = tarfile.DIRTYPE
-    info.mode = 0o755
-    info.mtime = mtime
-    return info
-
-
+                for chunk in tar_member(f"{top}/{rel}", handle, path.stat().st_size,
+                                        mtime=mtime, mode=mode, fmt=tarfile.PAX_FORMAT):
+                    out.write(chunk)
+        out.write(tar_end(out.tell()))

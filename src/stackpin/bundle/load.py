@@ -12,7 +12,6 @@ has a complete archive, so nothing of it is loaded.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from stackpin.bundle.format import IMAGES, LineSink, ignore_line
 from stackpin.bundle.verify import VerifyResult, open_stream, refuse, verify
 from stackpin.engine import Engine
 from stackpin.errors import BundleError
-from stackpin.primitives import CHUNK
+from stackpin.primitives import CHUNK, HashingReader
 
 MAX_WINDOW = 1 << 27  # zstd's own default limit (128 MiB); stackpin writes 2 MiB windows
 
@@ -47,21 +46,6 @@ def _images_stream(source: Path) -> Iterator[IO[bytes]]:
     raise refuse(source, f"{IMAGES} is missing")
 
 
-class _HashingReader:
-    """A file object over ``handle`` that hashes and counts the compressed bytes read."""
-
-    def __init__(self, handle: IO[bytes]) -> None:
-        self._handle = handle
-        self.sha = hashlib.sha256()
-        self.bytes = 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self._handle.read(CHUNK if size < 0 else min(size, CHUNK))
-        self.sha.update(data)
-        self.bytes += len(data)
-        return data
-
-
 class CheckedChunks:
     """Decompressed chunks of a verified file, capped and checked before the last one.
 
@@ -72,7 +56,7 @@ class CheckedChunks:
     def __init__(self, source: Path, handle: IO[bytes], *, expected_sha256: str,
                  compressed_bytes: int, tar_bytes: int) -> None:
         self._source = source
-        self._reader = _HashingReader(handle)
+        self._reader = HashingReader(handle)
         self._expected = expected_sha256
         self._compressed = compressed_bytes
         self._limit = tar_bytes
@@ -102,8 +86,8 @@ class CheckedChunks:
 
     def confirm(self) -> None:
         """Raise unless every byte matched what was verified."""
-        if (self._reader.sha.hexdigest() != self._expected
-                or self._reader.bytes != self._compressed):
+        if (self._reader.sha256.hexdigest() != self._expected
+                or self._reader.size != self._compressed):
             raise refuse(self._source, f"{IMAGES} changed while it was being loaded")
         if self.out_bytes != self._limit:
             raise refuse(self._source, f"{IMAGES} decompresses to {self.out_bytes} bytes, not "

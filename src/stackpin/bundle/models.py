@@ -22,7 +22,7 @@ from pathlib import Path
 
 from stackpin.bundle.format import IMAGES, SITE_MODELS
 from stackpin.errors import BundleError
-from stackpin.wheelhouse import sha256_file
+from stackpin.primitives import sha256_file
 
 FOLDER = SITE_MODELS.rstrip("/")
 WEIGHTS = (".safetensors", ".gguf")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import itertools
 import os
@@ -18,6 +17,7 @@ import zstandard
 from stackpin.bundle.format import ZSTD_LEVEL, StreamStats
 from stackpin.engine import Engine, SaveRequest, chunk_stream
 from stackpin.engine.save_format import LayoutImage, read_save, write_layout
+from stackpin.primitives import HashingWriter
 
 
 class CompressingSink(io.RawIOBase):
@@ -31,10 +31,8 @@ class CompressingSink(io.RawIOBase):
             level, threads=workers, write_checksum=True
         )
         self._compressor = zstandard.ZstdCompressor(compression_params=params).compressobj()
-        self._out = out
-        self._sha = hashlib.sha256()
+        self._out = HashingWriter(out)
         self.raw_bytes = 0
-        self.bytes = 0
 
     def writable(self) -> bool:
         return True
@@ -47,14 +45,12 @@ class CompressingSink(io.RawIOBase):
 
     def finish(self) -> StreamStats:
         self._emit(self._compressor.flush())
-        return StreamStats(tar_bytes=self.raw_bytes, bytes=self.bytes,
-                           sha256=self._sha.hexdigest())
+        return StreamStats(tar_bytes=self.raw_bytes, bytes=self._out.size,
+                           sha256=self._out.sha256.hexdigest())
 
     def _emit(self, data: bytes) -> None:
         if data:
-            self._sha.update(data)
             self._out.write(data)
-            self.bytes += len(data)
 
 
 @dataclass(frozen=True, kw_only=True)

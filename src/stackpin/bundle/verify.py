@@ -39,10 +39,9 @@ from stackpin.bundle.format import (
     sha256sums_text,
 )
 from stackpin.errors import BundleError
-from stackpin.primitives import CHUNK
+from stackpin.primitives import hash_stream, sha256_file
 from stackpin.signing import SIGNATURE_BYTES
 from stackpin.untrusted import parse_json, read_bounded, shown
-from stackpin.wheelhouse import sha256_file
 
 MAX_MEMBERS = schema.MAX_FILES + 10_000  # files plus their folders
 MAX_TAR_HEADER = 64 << 10  # one pax or GNU long-name header
@@ -286,7 +285,7 @@ class _ArchiveScan:
                          "archive starts with the manifest and its signature")
         self.accept()
         self._check_header(rel, info.size)
-        self.found[rel] = _hash_stream(handle)
+        self.found[rel] = hash_stream(handle)
 
     def _small(self, rel: str, size: int, handle: IO[bytes]) -> None:
         if self.manifest is not None:
@@ -325,14 +324,6 @@ class _ArchiveScan:
         return VerifyResult(source=self.source, kind="archive", manifest=self.manifest,
                             signature=self.state, files=len(self.found),
                             bytes=sum(s for s, _ in self.found.values()))
-
-
-def _hash_stream(handle: IO[bytes]) -> tuple[int, str]:
-    digest, size = hashlib.sha256(), 0
-    while chunk := handle.read(CHUNK):
-        digest.update(chunk)
-        size += len(chunk)
-    return size, digest.hexdigest()
 
 
 def _verify_archive(source: Path, site: trust.Trust) -> VerifyResult:

@@ -34,7 +34,7 @@ import zstandard
 
 from stackpin import primitives
 from stackpin.errors import HostEnvironmentError
-from stackpin.primitives import CHUNK
+from stackpin.primitives import CHUNK, HashingReader, tar_end, tar_member
 
 T = TypeVar("T")
 GZIP_MAGIC = b"\x1f\x8b"
@@ -94,23 +94,6 @@ class SaveContents(Generic[T]):
         return tuple(self.layers[name] for name in entry.layer_members)
 
 
-class _Hashing(io.RawIOBase):
-    """Reads through a file object while hashing what passes (the layer's diff_id)."""
-
-    def __init__(self, inner: IO[bytes]) -> None:
-        self._inner = inner
-        self.sha256 = hashlib.sha256()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self._inner.read(len(buffer))
-        self.sha256.update(data)
-        buffer[: len(data)] = data
-        return len(data)
-
-
 def _uncompressed(data: IO[bytes], head: bytes) -> tuple[IO[bytes], str]:
     if head.startswith(GZIP_MAGIC):
         return gzip.GzipFile(fileobj=data, mode="rb"), "gzip"  # type: ignore[return-value]
@@ -129,7 +112,7 @@ def _is_layer(member: tarfile.TarInfo, head: bytes) -> bool:
 
 def _read_layer(data: IO[bytes], on_layer: Callable[[IO[bytes]], T]) -> SavedLayer[T]:
     raw, compression = _uncompressed(data, data.peek(4)[:4])  # type: ignore[attr-defined]
-    hashing = _Hashing(raw)
+    hashing = HashingReader(raw)
     reader = io.BufferedReader(hashing, buffer_size=CHUNK)
     value = on_layer(reader)
     while reader.read(CHUNK):  # what on_layer left (the tar's end padding) counts too
@@ -314,19 +297,10 @@ def _layout_chunks(
     for name, document in (("index.json", index), ("manifest.json", docker_manifest),
                            ("oci-layout", layout)):
         yield from tar_member(name, io.BytesIO(document), len(document), mtime=mtime)
-    yield b"\0" * (2 * tarfile.BLOCKSIZE)  # end-of-archive marker
+    yield tar_end()
 
 
 def canonical_bytes(value: object) -> bytes:
     return primitives.canonical_bytes(value, ascii_only=True)
 
 
-def tar_member(name: str, data: IO[bytes], size: int, *, mtime: int = 0) -> Iterator[bytes]:
-    """One regular file of a tar stream: header, the data read in chunks, padding."""
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = size, mtime, 0o644
-    yield info.tobuf(format=tarfile.USTAR_FORMAT)
-    while chunk := data.read(CHUNK):
-        yield chunk
-    if size % tarfile.BLOCKSIZE:
-        yield b"\0" * (tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)

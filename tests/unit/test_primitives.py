@@ -1,0 +1,107 @@
+"""The shared primitives: stream hashing, the tar member writer, staging then swapping."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from stackpin.primitives import (
+    CHUNK,
+    HashingReader,
+    HashingWriter,
+    hash_stream,
+    sha256_file,
+    staged_folder,
+    tar_directory,
+    tar_end,
+    tar_member,
+)
+
+DATA = os.urandom(2 * CHUNK + 123)  # more than one read, and not a whole number of them
+
+
+def test_hash_stream_and_file_hash_everything_left(tmp_path: Path):
+    path = tmp_path / "blob"
+    path.write_bytes(DATA)
+    assert hash_stream(io.BytesIO(DATA)) == (len(DATA), hashlib.sha256(DATA).hexdigest())
+    assert sha256_file(path) == hashlib.sha256(DATA).hexdigest()
+    handle = io.BytesIO(DATA)
+    handle.read(100)
+    assert hash_stream(handle) == (len(DATA) - 100, hashlib.sha256(DATA[100:]).hexdigest())
+
+
+def test_hashing_writer_and_reader_pass_the_bytes_through_unchanged():
+    out = io.BytesIO()
+    writer = HashingWriter(out)
+    for start in range(0, len(DATA), 70000):
+        writer.write(DATA[start:start + 70000])
+    assert out.getvalue() == DATA and writer.size == len(DATA) == writer.tell()
+    assert writer.sha256.hexdigest() == hashlib.sha256(DATA).hexdigest()
+
+    reader = HashingReader(io.BytesIO(DATA))
+    assert reader.read() == DATA
+    assert reader.size == len(DATA)
+    assert reader.sha256.hexdigest() == hashlib.sha256(DATA).hexdigest()
+
+
+def test_tar_members_read_back_with_their_modes_times_and_bytes():
+    stream = io.BytesIO()
+    stream.write(tar_directory("top", mtime=7, fmt=tarfile.PAX_FORMAT))
+    long_name = "top/" + "d" * 120 + "/run.sh"  # longer than a ustar name: PAX carries it
+    for chunk in tar_member(long_name, io.BytesIO(DATA), len(DATA), mtime=7, mode=0o755,
+                            fmt=tarfile.PAX_FORMAT):
+        stream.write(chunk)
+    stream.write(tar_end(stream.tell()))
+    assert stream.tell() % tarfile.RECORDSIZE == 0
+    stream.seek(0)
+    with tarfile.open(fileobj=stream) as tar:
+        top, member = tar.getmembers()
+        assert top.isdir() and top.mode == 0o755 and top.mtime == 7
+        assert member.name == long_name and member.mode == 0o755 and member.mtime == 7
+        assert (member.uid, member.gid, member.uname, member.gname) == (0, 0, "", "")
+        extracted = tar.extractfile(member)
+        assert extracted is not None and extracted.read() == DATA
+
+
+def test_tar_end_without_an_offset_is_the_two_zero_blocks():
+    assert tar_end() == b"\0" * 1024
+    assert len(tar_end(512)) == tarfile.RECORDSIZE - 512
+
+
+def test_a_staged_folder_replaces_the_target_only_on_success(tmp_path: Path):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    def fail_half_way() -> None:
+        with staged_folder(target) as staging:
+            (staging / "new.txt").write_text("new")
+            msg = "half-way"
+            raise RuntimeError(msg)
+
+    with pytest.raises(RuntimeError):
+        fail_half_way()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"], "no staging folder is left"
+    assert [p.name for p in target.iterdir()] == ["old.txt"], "the target is untouched"
+
+    with staged_folder(target) as staging:
+        (staging / "new.txt").write_text("new")
+        assert not (target / "new.txt").exists(), "nothing shows before the swap"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert [p.name for p in target.iterdir()] == ["new.txt"]
+
+
+def test_a_staged_folder_clears_what_dead_runs_left_but_not_live_ones(tmp_path: Path):
+    dead = tmp_path / ".out.partial-999999999"
+    live = tmp_path / f".out.old-{os.getppid()}"
+    other = tmp_path / ".another.partial-999999999"
+    for folder in (dead, live, other):
+        folder.mkdir()
+    with staged_folder(tmp_path / "out"):
+        pass
+    assert not dead.exists()
+    assert live.exists() and other.exists()
