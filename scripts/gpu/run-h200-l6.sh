@@ -8,8 +8,8 @@
 #   scripts/gpu/run-h200-l6.sh headline  L0-L6, FlashAttention wheel installed in $SITE
 #                                        (install-wheels.sh), image-h200-fa.json
 #
-# Writes into $OUT: run-<part>.log, and l6/report.{json,xml} + l6-faults.json (one report per
-# fault, keyed by fault), or headline/report.{json,xml}.
+# Writes into $OUT: run-<part>.log, and l6/report.{json,xml} + faults/<fault>.json (each
+# fault run's report.json), or headline/report.{json,xml}.
 set -uo pipefail
 . scripts/gpu/env.sh
 OUT=${OUT:-/tmp/stackpin-evidence}
@@ -49,13 +49,8 @@ part_l6() {
     cmd env STACKPIN_FAULT="$fault" PYTHONPATH=tests/faults:verify timeout 200 \
       python3 -m stackpin_verify --levels 6 --image-info "$IMAGE" --out-dir "/tmp/l6-$fault"
     l6_summary "/tmp/l6-$fault/report.json"
+    mkdir -p "$OUT/faults" && cp "/tmp/l6-$fault/report.json" "$OUT/faults/$fault.json"
   done
-  python3 - "$OUT/l6-faults.json" "${FAULTS[@]}" <<'PY'
-import json, sys
-out, faults = sys.argv[1], sys.argv[2:]
-reports = {f: json.load(open(f"/tmp/l6-{f}/report.json")) for f in faults}
-open(out, "w").write(json.dumps(reports, indent=1, sort_keys=True) + "\n")
-PY
 }
 
 part_headline() {
