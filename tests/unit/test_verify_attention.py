@@ -269,6 +269,34 @@ def test_varlen_kernel_attending_across_sequences_fails():
     assert result.reason.startswith("out error ")
 
 
+def test_varlen_kernel_is_called_as_flash_attn_defines_it():
+    """int32 cumulative lengths (flash_attn rejects others), the same for queries and keys,
+    the longest sequence as both maxima, 8 query heads over 2 KV heads for GQA."""
+    seen = {}
+
+    def recording(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
+        seen.update(heads=(q.shape[1], k.shape[1], v.shape[1]), dtype=cu_q.dtype,
+                    cu=(cu_q.tolist(), cu_k.tolist()), max=(max_q, max_k), causal=causal)
+        return _varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal)
+
+    case = level3.Case("flash", "bf16", "varlen_gqa", 113, 64, True)
+    result = _run_flash(case, _module(varlen=recording))
+    assert result.status == "pass", result.reason
+    assert seen == {"heads": (8, 2, 2), "dtype": torch.int32,
+                    "cu": ([0, 113, 172, 210], [0, 113, 172, 210]), "max": (113, 113),
+                    "causal": True}
+
+
+def test_varlen_kernel_swapping_keys_and_values_fails():
+    def swapped(q, k, v, *rest, causal=False):
+        return _varlen(q, v, k, *rest, causal=causal)
+
+    result = _run_flash(level3.Case("flash", "fp16", "varlen", 113, 64, False),
+                        _module(varlen=swapped))
+    assert result.status == "fail"
+    assert result.reason.startswith("out error ")
+
+
 def test_flash_exception_names_the_case():
     def broken(*args, **kwargs):
         msg = "FlashAttention only supports head dimension at most 256"

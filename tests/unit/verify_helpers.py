@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-VERIFY_DIR = ROOT / "verify"
-if str(VERIFY_DIR) not in sys.path:
-    sys.path.insert(0, str(VERIFY_DIR))
+
+
+def _package_parent() -> Path:
+    """The directory holding the stackpin_verify the tests import (and hand to the programs
+    they start): verify/ in a checkout; under mutation testing (scripts/mutation-test.sh)
+    mutmut's copy, which it puts on sys.path first, so the tests run the mutated code."""
+    spec = importlib.util.find_spec("stackpin_verify")
+    if spec is not None and spec.origin is not None:
+        return Path(spec.origin).resolve().parents[1]
+    sys.path.insert(0, str(ROOT / "verify"))
+    return ROOT / "verify"
+
+
+VERIFY_DIR = _package_parent()
 
 import torch  # noqa: E402 - after the path set-up, like the package itself
 

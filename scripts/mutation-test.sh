@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Mutation testing of verify/'s comparison modules with mutmut 3 (docs/verification.md says
+# which modules and functions are scored, and why). Measured like a benchmark; CI does not run it.
+#
+#   pip install 'mutmut==3.8.1'
+#   scripts/mutation-test.sh [MUTANT_GLOB...]     # e.g. 'stackpin_verify.level0.x_judge_*'
+#
+# mutmut names a mutant after the module the tests import (stackpin_verify.attention), so it
+# runs in a scratch tree where the package sits at the top: MUTATION_DIR (default: a new
+# temporary directory) gets a copy of verify/stackpin_verify, tests/ and pyproject.toml with
+# the [tool.mutmut] table below. The checkout itself is never mutated. A second run in the
+# same MUTATION_DIR continues where the first stopped (mutmut keeps its results there).
+# MUTATION_JOBS sets the parallel workers (default: all cores), PYTHON the interpreter. Prints the score per module
+# (scripts/mutation_score.py) at the end.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=${MUTATION_DIR:-$(mktemp -d -t stackpin-mutation.XXXXXX)}
+jobs=${MUTATION_JOBS:-$(nproc)}
+python=${PYTHON:-python3}
+
+# The comparison modules: every judge of L0-L7, the attention criterion, the level and run
+# aggregation (runner, report, checks) and the capability decision.
+modules=(attention boundary capability checks level0 level1 level2 level3 level4 level5 level6
+         level7 report runner training)
+
+mkdir -p "$work"
+# -p keeps modification times: mutmut regenerates the mutants only of files that changed.
+cp -rp "$root/verify/stackpin_verify" "$work/"
+rm -rf "$work/tests"
+cp -rp "$root/tests" "$work/tests"
+find "$work/tests" -name __pycache__ -prune -exec rm -rf {} +
+
+tests=()
+for path in "$root"/tests/unit/test_verify_*.py; do
+    # tinychat (the Studio demo's data) is no comparison module; its tests reach none.
+    [[ $path == *test_verify_tinychat.py ]] && continue
+    tests+=("\"tests/unit/$(basename "$path")\"")
+done
+only=()
+for module in "${modules[@]}"; do
+    only+=("\"stackpin_verify/$module.py\"")
+done
+join() { local IFS=","; echo "$*"; }
+# MUTATION_PYTEST_ARGS: more pytest arguments, e.g. a --deselect for a test that cannot pass
+# on the machine measuring (say so beside the score).
+extra=""
+for arg in ${MUTATION_PYTEST_ARGS:-}; do
+    extra+=", \"$arg\""
+done
+
+{
+    cat "$root/pyproject.toml"
+    cat <<EOF
+
+[tool.mutmut]
+source_paths = ["stackpin_verify"]
+only_mutate = [$(join "${only[@]}")]
+pytest_add_cli_args_test_selection = [$(join "${tests[@]}")]
+# mutmut learns which tests reach a function by tracing calls in its own process, so tests
+# that run the program in a child process never reach one (and its tracing fails in the
+# child, outside the scratch tree): they are left out here, they run in CI.
+pytest_add_cli_args = ["-p", "no:cacheprovider", "-m", "not docker",
+    "--deselect", "tests/unit/test_verify_cli.py",
+    "--deselect", "tests/unit/test_verify_broken_kernel.py::test_no_kernel_image_from",
+    "--deselect", "tests/unit/test_verify_broken_kernel.py::test_torch_import_killing"$extra]
+# torch is not fork-safe once its thread pools ran: fork each mutant's worker from a server
+# that imported the tests but ran none.
+process_isolation = "forkserver"
+EOF
+} > "$work/pyproject.toml"
+
+echo "mutation testing in $work ($jobs workers)"
+cd "$work"
+start=$(date +%s)
+status=0
+if [ "$#" -eq 0 ]; then
+    # The scored functions only (scripts/mutation_score.py SCORED); name globs to narrow.
+    mapfile -t globs < <("$python" "$root/scripts/mutation_score.py" --globs)
+    set -- "${globs[@]}"
+fi
+"$python" -m mutmut run --max-children "$jobs" "$@" || status=$?
+echo "mutmut ran $(( $(date +%s) - start )) s (exit $status)"
+"$python" "$root/scripts/mutation_score.py" "$work/mutants"
+exit "$status"
