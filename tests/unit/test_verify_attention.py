@@ -94,6 +94,68 @@ def test_missing_gradient_counts_as_infinite_error():
     assert err.kernel == float("inf") and not err.ok
 
 
+def test_error_record_names_every_number():
+    err = TensorError(kernel=1.0, pytorch=2.0, bound=3.0, factor=2.0, mean_kernel=4.0,
+                      mean_pytorch=5.0, mean_bound=6.0)
+    assert err.to_json() == {"kernel": 1.0, "pytorch": 2.0, "bound": 3.0, "mean_kernel": 4.0,
+                             "mean_pytorch": 5.0, "mean_bound": 6.0}
+
+
+@pytest.mark.parametrize(("version", "release"),
+                         [("2.13.0+cpu", (2, 13)), ("2.1.2+das.opt1.dtk2404", (2, 1)),
+                          ("nightly", (0, 0))])
+def test_torch_release_reads_major_and_minor(monkeypatch, version, release):
+    """An unreadable version counts as the oldest torch: the paths every torch has."""
+    monkeypatch.setattr(attention.torch, "__version__", version)
+    assert attention.torch_release() == release
+
+
+def test_inputs_are_the_same_for_the_same_seed_and_differ_between_q_k_v():
+    cpu = torch.device("cpu")
+    first = make_qkv([1, 2, 4, 8], [1, 1, 4, 8], dtype=torch.float16, device=cpu)
+    again = make_qkv([1, 2, 4, 8], [1, 1, 4, 8], dtype=torch.float16, device=cpu, seed=0)
+    other = make_qkv([1, 2, 4, 8], [1, 1, 4, 8], dtype=torch.float16, device=cpu, seed=1)
+    assert [t.dtype for t in first] == [torch.float16] * 3
+    assert [list(t.shape) for t in first] == [[1, 2, 4, 8], [1, 1, 4, 8], [1, 1, 4, 8]]
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not any(torch.equal(a, b) for a, b in zip(first, other, strict=True))
+    assert not torch.equal(first[1], first[2])
+
+
+def _tiny_gqa() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return make_qkv([1, 4, 8, 4], [1, 2, 8, 4], dtype=torch.bfloat16, device=torch.device("cpu"))
+
+
+def test_comparison_metrics_in_full_and_reproducible():
+    reference = functools.partial(math_attention, causal=True)
+    kernel = functools.partial(sdpa, causal=True)
+    metrics, reason = compare_attention(kernel, reference, _tiny_gqa())
+    again, _ = compare_attention(kernel, reference, _tiny_gqa())
+    assert reason is None
+    assert metrics == again  # fixed seeds: a report's numbers can be compared across runs
+    errors = metrics.pop("errors")
+    ratio, largest = metrics.pop("error_ratio"), metrics.pop("max_abs_diff")
+    assert metrics == {"shape_q": [1, 4, 8, 4], "shape_kv": [1, 2, 8, 4], "dtype": "bfloat16",
+                       "factor": 2.0, "grad_factor": 4.0}
+    assert set(errors) == {"out", "dq", "dk", "dv"}
+    assert largest == max(e["kernel"] for e in errors.values())
+    assert ratio == max(max(e["kernel"] / e["bound"], e["mean_kernel"] / e["mean_bound"])
+                        for e in errors.values())
+    for name, err in errors.items():
+        factor = 2.0 if name == "out" else 4.0
+        slack = err["bound"] - factor * err["pytorch"]
+        # epsilon x max(1, max|reference|), the same for the max and the mean bound
+        assert slack == pytest.approx(err["mean_bound"] - factor * err["mean_pytorch"])
+        assert attention.EPSILON * 0.999 <= slack <= attention.EPSILON * 10
+
+
+def test_kernel_returning_the_wrong_shape_fails_naming_both_shapes():
+    reference = functools.partial(math_attention, causal=False)
+    metrics, reason = compare_attention(lambda q, k, v: q[..., :3], reference, _tiny_gqa())
+    assert reason == "output shape [1, 4, 8, 3] != expected [1, 4, 8, 4]"
+    assert "errors" not in metrics
+
+
 # --- SDPA on CPU: every honest case passes, every faulty one fails --------------------------
 
 
@@ -353,3 +415,12 @@ def test_flash_slower_than_the_math_path_fails(monkeypatch):
     result = run_check("L3.flash.speedup", lambda: level3.check_flash_speedup(CTX, flash=_module()))
     assert result.status == "fail"
     assert result.reason == "FlashAttention (5.000 ms) is slower than SDPA math (4.000 ms)"
+
+
+def test_error_ratio_of_a_nan_bound_is_infinite():
+    """PyTorch's own path returning NaN leaves no bound: the ratio says so instead of NaN."""
+    nan = float("nan")
+    err = TensorError(kernel=1.0, pytorch=nan, bound=nan, factor=2.0, mean_kernel=1.0,
+                      mean_pytorch=nan, mean_bound=nan)
+    assert attention._ratio(err) == float("inf")
+    assert attention._ratio(TensorError(1.0, 1.0, 4.0, 2.0, 1.0, 1.0, 2.0)) == 0.5

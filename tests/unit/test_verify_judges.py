@@ -20,6 +20,7 @@ from stackpin_verify import (
     level1,
     level2,
     level4,
+    level6,
     level7,
     report,
     runner,
@@ -339,3 +340,28 @@ def test_require_raises_only_for_a_reason_and_carries_the_metrics():
     with pytest.raises(CheckFailed) as failed:
         checks.require("wrong", {"a": 1})
     assert (failed.value.reason, failed.value.metrics) == ("wrong", {"a": 1})
+
+
+# --- L6 -----------------------------------------------------------------------------------
+
+
+def test_degenerate_output_at_exactly_the_minimum_run():
+    assert level6.detect_degenerate("abcdef", [5] * 6) == "one token (id 5) repeated 6 times"
+    assert level6.detect_degenerate("abcde", [5] * 5) is None
+    assert level6.detect_degenerate("xaaaaaay", [1, 2, 3, 4, 5, 6, 7, 8]) == (
+        "character 'a' repeated 6 times"
+    )
+    assert level6.detect_degenerate("xaaaaay", [1, 2, 3, 4, 5, 6, 7]) is None
+    assert level6.detect_degenerate("ab", [1, 2], min_run=1) == "character 'a' repeated 1 times"
+
+
+def test_golden_reason_shows_the_first_three_wrong_answers():
+    def gen(prompt: str, text: str) -> level6.Generation:
+        return level6.Generation(prompt, "ok", text, [], [])
+
+    found = [gen("p1", "ok"), gen("p2", "a"), gen("p3", "b"), gen("p4", "c"), gen("p5", "d")]
+    assert level6.judge_golden(found) == (
+        "4 of 5 golden answers differ: 'p2' -> 'a' (expected 'ok'); "
+        "'p3' -> 'b' (expected 'ok'); 'p4' -> 'c' (expected 'ok')"
+    )
+    assert level6.judge_golden(found[:1]) is None

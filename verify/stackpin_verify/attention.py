@@ -195,7 +195,8 @@ def _forward_backward(
 ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
     leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
     out = fn(*leaves)
-    if not out.requires_grad:
+    if not out.requires_grad or out.shape != grad_out.shape:
+        # No graph, or an output of the wrong shape: compare_attention says which.
         return out, [None for _ in leaves]
     torch.autograd.backward(out, grad_tensors=grad_out.to(out.dtype))
     return out, [leaf.grad for leaf in leaves]
