@@ -21,8 +21,8 @@ python=${PYTHON:-python3}
 
 # The comparison modules: every judge of L0-L7, the attention criterion, the level and run
 # aggregation (runner, report, checks) and the capability decision.
-modules=(attention boundary capability checks level0 level1 level2 level3 level4 level5 level6
-         level7 report runner training)
+modules=(attention boundary capability checks golden level0 level1 level2 level3 level4 level5
+         level6 level7 report runner training)
 
 mkdir -p "$work"
 # -p keeps modification times: mutmut regenerates the mutants only of files that changed.

@@ -424,3 +424,14 @@ def test_error_ratio_of_a_nan_bound_is_infinite():
                       mean_pytorch=nan, mean_bound=nan)
     assert attention._ratio(err) == float("inf")
     assert attention._ratio(TensorError(1.0, 1.0, 4.0, 2.0, 1.0, 1.0, 2.0)) == 0.5
+
+
+def test_causal_mask_aligns_a_shorter_query_to_the_end_of_the_keys():
+    """FlashAttention's convention (from 2.1): with 2 queries over 4 keys, the last query
+    sees every key and the first all but the last, as in decoding with a KV cache."""
+    q, k, v = make_qkv([1, 1, 2, 4], [1, 1, 4, 4], dtype=torch.float64, device=torch.device("cpu"))
+    got = math_attention(q, k, v, causal=True)
+    for row, visible in ((0, 3), (1, 4)):
+        scores = q[0, 0, row] @ k[0, 0, :visible].T / 2.0  # sqrt(head dim 4)
+        want = torch.softmax(scores, dim=-1) @ v[0, 0, :visible]
+        assert torch.allclose(got[0, 0, row], want, atol=1e-12)
