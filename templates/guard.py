@@ -12,6 +12,7 @@ import json
 import os
 import py_compile
 import re
+import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -94,6 +95,38 @@ def boundary_problems(image: dict[str, Any], installed: dict[str, str]) -> list[
     return found
 
 
+_MISSING = re.compile(r"^(\S+) \S+ requires (\S+?),? which is not installed\.?$")
+
+
+def pip_check_problems(pip_check_output: str, dropped: set[tuple[str, str]]) -> list[str]:
+    """pip check's complaints, less the requirements the cell drops on purpose.
+
+    A dropped requirement (matrix ``dropped``: this distribution runs without that one,
+    installed --no-deps) is expected to be missing; anything else pip check reports,
+    including the same requirement of another distribution, fails the build.
+    """
+    found = []
+    for line in pip_check_output.splitlines():
+        line = line.strip()
+        if not line or line.startswith("No broken requirements"):
+            continue
+        match = _MISSING.match(line)
+        if match and (_normal(match.group(1)), _normal(match.group(2))) in dropped:
+            continue
+        found.append(f"pip check: {line}")
+    return found
+
+
+def dropped_edges(image: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(_normal(d["of"]), _normal(d["requirement"])) for d in image.get("dropped", [])}
+
+
+def run_pip_check() -> str:
+    done = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True,
+                          text=True, check=False)
+    return done.stdout + done.stderr
+
+
 def _compile_one(path: str) -> str:
     """Compile one file; return its path when this interpreter cannot parse it."""
     try:
@@ -129,12 +162,14 @@ def main() -> int:
     parser.add_argument("--numpy", required=True, help="numpy constraint, e.g. <2")
     parser.add_argument("--compile", metavar="DIR", help="then byte-compile DIR (unchecked-hash)")
     parser.add_argument("--boundary", metavar="IMAGE_JSON",
-                        help="check the vendor boundary (provided, excluded) of image.json")
+                        help="check the vendor boundary (provided, excluded) of image.json and "
+                             "run pip check less its dropped requirements")
     args = parser.parse_args()
     found = problems(args.python, args.torch, args.numpy)
     if args.boundary:
         image = json.loads(Path(args.boundary).read_text(encoding="utf-8"))
         found += boundary_problems(image, installed_versions())
+        found += pip_check_problems(run_pip_check(), dropped_edges(image))
     for line in found:
         print(f"stackpin guard: {line}", file=sys.stderr)
     if found:

@@ -41,6 +41,11 @@ die() {
     exit 1
 }
 
+die_with() {  # CODE MESSAGE: one line, the documented exit code (README: site scripts)
+    say FAIL "$2" >&2
+    exit "$1"
+}
+
 # An opt-in variable is 1 or unset (or 0): "false", "no" or a typo never opts in silently.
 opt_in() {  # NAME VALUE
     case $2 in
@@ -194,12 +199,20 @@ load_bundle_conf() {
     . "$BUNDLE/bin/bundle.conf"
 }
 
+require_profile() {  # PROFILE: a well-formed name of one of this bundle's profiles, or exit 2
+    local profile=$1 known=()
+    [[ "$profile" =~ ^[a-z0-9][a-z0-9.-]*$ ]] || die_with 2 "profile '$profile' is not a profile name"
+    if [ ! -f "$BUNDLE/bin/profiles/$profile.conf" ]; then
+        for conf in "$BUNDLE"/bin/profiles/*.conf; do
+            [ -f "$conf" ] && known+=("$(basename -- "$conf" .conf)")
+        done
+        die_with 2 "no profile '$profile' in this bundle; profiles: ${known[*]-none}"
+    fi
+}
+
 load_profile() {  # PROFILE
     local profile=$1
-    [[ "$profile" =~ ^[a-z0-9][a-z0-9.-]*$ ]] || die "profile '$profile' is not a profile name"
-    if [ ! -f "$BUNDLE/bin/profiles/$profile.conf" ]; then
-        die "no profile '$profile' in this bundle; profiles: ${BUNDLE_PROFILES[*]}"
-    fi
+    require_profile "$profile"
     check_files "bin/profiles/$profile.conf"
     # shellcheck source=/dev/null
     . "$BUNDLE/bin/profiles/$profile.conf"
@@ -259,6 +272,37 @@ check_run_args() {
             say WARN "profile $profile: host access allowed by the site: $broad"
         fi
     done
+}
+
+profile_alias() {  # NAME: the seed calls the enhanced profile "full"
+    if [ "$1" = full ]; then printf 'enhanced\n'; else printf '%s\n' "$1"; fi
+}
+
+port_taken() {  # PORT: something listens on 127.0.0.1:PORT, or a container publishes it
+    (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null || [ -n "$(docker ps -q --filter "publish=$1")" ]
+}
+
+loopback_answers_healthy() {  # PORT PATH: asked from this host, the way a user reaches it
+    local reply attempt
+    for attempt in 1 2 3; do
+        # shellcheck disable=SC2016  # $1 and $2 expand in the child bash, on purpose
+        reply=$(timeout 10 bash -c '
+            exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+            printf "GET %s HTTP/1.0\r\nHost: 127.0.0.1:%s\r\nConnection: close\r\n\r\n" "$2" "$1" >&3
+            cat <&3' _ "$1" "$2" 2>/dev/null) || reply=""
+        # A 200 that is JSON saying healthy; an HTML page or an error body is not.
+        if [[ $reply =~ ^HTTP/1\.[01]\ 200 ]] \
+            && [[ $reply =~ [Cc]ontent-[Tt]ype:[[:space:]]*application/json ]] \
+            && [[ $reply =~ \"status\"[[:space:]]*:[[:space:]]*\"healthy\" ]]; then
+            return 0
+        fi
+        [ "$attempt" = 3 ] || sleep 1
+    done
+    return 1
+}
+
+card_free() {  # hy-smi (rocm-smi's format) says no KFD process uses a DCU
+    hy-smi --showpids 2>/dev/null | grep -q "No KFD PIDs currently running"
 }
 
 container_name() {  # PROFILE

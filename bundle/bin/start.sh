@@ -1,11 +1,16 @@
 #!/bin/bash
-# Start a profile: bin/start.sh PROFILE [-- COMMAND...]
-# The port is published on 127.0.0.1 only; each profile has its own state directory and
-# container; start waits until Docker reports the container healthy.
-#   STACKPIN_PORT (default: the profile's port)   STACKPIN_STATE_DIR (default: <bundle>.state/PROFILE)
-#   STACKPIN_CONTAINER_PORT (default 8000)        STACKPIN_START_TIMEOUT seconds (default 180)
-# The default command serves the state directory with python's http.server from the
-# image's environment: a health endpoint for images that have no service of their own.
+# Start a profile's service: bin/start.sh PROFILE [--keep] [--force] [-- COMMAND...]
+#   PROFILE   stable, enhanced (full is the seed's name for enhanced), or another profile
+#   --keep    leave the container when it does not become healthy (to debug it)
+#   --force   start although another profile runs on this card (never train on both)
+# The service's port is published on 127.0.0.1 only. The profile's state folder (accounts,
+# chats, training runs) and the bundle's models/ folder (read-only) are mounted as the
+# image's service declares; start waits until the health path answers {"status":"healthy"}.
+#   STACKPIN_PORT (default: the profile's port)   STACKPIN_STATE_DIR (default <bundle>.state/PROFILE)
+#   STACKPIN_MODELS_DIR (default <bundle>/models) STACKPIN_START_TIMEOUT seconds (default: the image's)
+# Exit codes: 0 healthy; 2 usage or unknown profile; 3 missing models folder or a profile
+# without a service; 6 the service exited or was not healthy in time; 8 host environment
+# (no docker, image not loaded, port taken, profile already running, card in use).
 # Options (before PROFILE): --pubkey FILE, --insecure-unsigned, and --allow-host-access for
 # a profile whose signed run flags reach into the host (privileged, host namespaces,
 # capabilities, sensitive mounts). The signature is checked first, as by load.sh.
@@ -15,70 +20,92 @@ set -euo pipefail
 
 take_common_args "$@"
 set -- "${REST[@]+"${REST[@]}"}"
-[ "$#" -ge 1 ] || die "usage: start.sh PROFILE [-- COMMAND...]"
-profile=$1
-shift
-if [ "$#" -gt 0 ]; then
-    [ "$1" = "--" ] || die "usage: start.sh PROFILE [-- COMMAND...]"
+usage="usage: start.sh stable|enhanced|full|PROFILE [--keep] [--force] [-- COMMAND...]"
+profile="" keep=0 force=0 command=()
+while [ "$#" -gt 0 ]; do
+    case $1 in
+        --keep) keep=1 ;;
+        --force) force=1 ;;
+        --) shift; command=("$@"); break ;;
+        -*) die_with 2 "unknown option $1 ($usage)" ;;
+        *) [ -z "$profile" ] || die_with 2 "$usage"; profile=$1 ;;
+    esac
     shift
-fi
+done
+[ -n "$profile" ] || die_with 2 "$usage"
+profile=$(profile_alias "$profile")
 need docker "it runs the profile's container"
 load_bundle_conf
 load_profile "$profile"
+[ -n "${PROFILE_SERVICE_ARGV+x}" ] \
+    || die_with 3 "profile $profile's image declares no service: add [service] to its cell, or pass -- COMMAND"
 
 port=${STACKPIN_PORT:-$PROFILE_PORT}
-inner=${STACKPIN_CONTAINER_PORT:-8000}
-timeout=${STACKPIN_START_TIMEOUT:-180}
+timeout=${STACKPIN_START_TIMEOUT:-$PROFILE_READY_TIMEOUT}
 state=${STACKPIN_STATE_DIR:-$BUNDLE.state/$profile}
+models=${STACKPIN_MODELS_DIR:-$BUNDLE/models}
 name=$(container_name "$profile")
 if ! [[ "$port" =~ ^[0-9]+$ ]] || [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then
-    die "port '$port' is not a port number"
+    die_with 2 "port '$port' is not a port number"
 fi
+[[ "$timeout" =~ ^[0-9]+$ ]] || die_with 2 "STACKPIN_START_TIMEOUT '$timeout' is not a number of seconds"
+[ -d "$models" ] \
+    || die_with 3 "models folder $models is missing: create it and put model folders (safetensors or GGUF) in it, or set STACKPIN_MODELS_DIR"
 
 docker image inspect "$PROFILE_IMAGE_ID" >/dev/null 2>&1 \
-    || die "image $PROFILE_IMAGE_TAG ($PROFILE_IMAGE_ID) is not loaded: run bin/load.sh first"
+    || die_with 8 "image $PROFILE_IMAGE_TAG ($PROFILE_IMAGE_ID) is not loaded: run bin/load.sh first"
 if status=$(docker container inspect --format '{{.State.Status}}' "$name" 2>/dev/null); then
-    if [ "$status" = running ]; then
-        die "profile $profile is already running (container $name): bin/stop.sh $profile first"
-    fi
+    [ "$status" != running ] \
+        || die_with 8 "profile $profile is already running (container $name): bin/stop.sh $profile first"
     docker rm -f "$name" >/dev/null  # an exited leftover of an earlier start
 fi
-if (: <"/dev/tcp/127.0.0.1/$port") 2>/dev/null || [ -n "$(docker ps -q --filter "publish=$port")" ]; then
-    die "port 127.0.0.1:$port is taken: stop what uses it or set STACKPIN_PORT"
+if [ "$PROFILE_PLATFORM" != cpu ] && [ "$force" = 0 ]; then
+    other=$(docker ps --filter label=io.stackpin.profile --format '{{.Label "io.stackpin.profile"}}' \
+        | grep -vx -- "$profile" | head -n 1 || true)
+    [ -z "$other" ] \
+        || die_with 8 "profile $other is running on this card: never train on two profiles at once; bin/stop.sh $other first, or pass --force"
+fi
+if port_taken "$port"; then
+    die_with 8 "port 127.0.0.1:$port is taken: stop what uses it or set STACKPIN_PORT"
 fi
 
-if [ "$#" -gt 0 ]; then
-    command=("$@")
-else
-    command=(python -m http.server --bind 0.0.0.0 --directory /var/lib/stackpin/state "$inner")
-fi
-mkdir -p "$state"
-health="python -c 'import urllib.request; urllib.request.urlopen(\"http://127.0.0.1:$inner/\", timeout=5)'"
-# --init: PID 1 forwards SIGTERM, so stop.sh's clean stop does not wait out the grace time.
+[ "${#command[@]}" -gt 0 ] || command=("${PROFILE_SERVICE_ARGV[@]}")
+mkdir -p "$state/home"
+# As the calling user, so the state folder stays theirs; --init forwards SIGTERM so
+# stop.sh's clean stop does not wait out the grace time.
 docker run --detach --init --name "$name" --restart no \
     --label io.stackpin.profile="$profile" --label io.stackpin.bundle-image="$PROFILE_IMAGE_ID" \
-    --publish "127.0.0.1:$port:$inner" \
-    --volume "$state:/var/lib/stackpin/state" \
-    --env STACKPIN_PROFILE="$profile" \
-    --health-cmd "$health" --health-interval 2s --health-timeout 5s --health-retries 3 \
-    --health-start-period "${timeout}s" \
-    "${PROFILE_RUN_ARGS[@]}" "$PROFILE_IMAGE_ID" "${command[@]}" >/dev/null
+    --user "$(id -u):$(id -g)" --workdir "$PROFILE_STATE_DIR" \
+    --publish "127.0.0.1:$port:$PROFILE_CONTAINER_PORT" \
+    --volume "$(cd "$state" && pwd -P):$PROFILE_STATE_DIR" \
+    --volume "$(cd "$models" && pwd -P):$PROFILE_MODELS_DIR:ro" \
+    --env STACKPIN_PROFILE="$profile" --env HOME="$PROFILE_STATE_DIR/home" \
+    "${PROFILE_RUN_ARGS[@]}" "$PROFILE_IMAGE_ID" "${command[@]}" >/dev/null \
+    || die_with 8 "docker could not start profile $profile; its message is above"
 
+give_up() {  # CODE MESSAGE: show the service's last words, remove it unless --keep
+    docker logs --tail 30 "$name" 2>&1 | sed 's/^/    /' >&2 || true
+    if [ "$keep" = 0 ]; then
+        docker rm -f "$name" >/dev/null 2>&1 || true
+    fi
+    die_with "$1" "$2"
+}
 deadline=$((SECONDS + timeout))
 while :; do
-    health_status=$(docker inspect --format '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}' "$name" 2>/dev/null || echo gone)
-    case $health_status in
+    health=$(docker inspect --format '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}' "$name" 2>/dev/null || echo gone)
+    case $health in
         "running healthy") break ;;
-        "running unhealthy"|exited*|dead*|gone)
-            docker logs --tail 20 "$name" 2>&1 | sed 's/^/    /' || true
-            docker rm -f "$name" >/dev/null 2>&1 || true
-            die "profile $profile did not become healthy ($health_status); its log is above" ;;
+        exited*|dead*|gone) give_up 6 "profile $profile exited while starting ($health); its last log lines are above" ;;
     esac
-    if [ "$SECONDS" -ge "$deadline" ]; then
-        docker logs --tail 20 "$name" 2>&1 | sed 's/^/    /' || true
-        docker rm -f "$name" >/dev/null 2>&1 || true
-        die "profile $profile not healthy after ${timeout}s; raise STACKPIN_START_TIMEOUT or read the log above"
-    fi
+    [ "$SECONDS" -lt "$deadline" ] \
+        || give_up 6 "profile $profile not healthy after ${timeout}s ($health); raise STACKPIN_START_TIMEOUT or read the log above"
     sleep 1
 done
-say PASS "start: profile $profile healthy at http://127.0.0.1:$port/ (container $name, state $state)"
+# The container's HEALTHCHECK asks from inside; a user asks through the published port.
+loopback_answers_healthy "$port" "$PROFILE_HEALTH_PATH" \
+    || give_up 6 "profile $profile is healthy inside its container, but http://127.0.0.1:$port$PROFILE_HEALTH_PATH does not answer healthy JSON on this host; its last log lines are above"
+say PASS "start: profile $profile serves http://127.0.0.1:$port/ (container $name, state $state)"
+password=$state/${PROFILE_BOOTSTRAP_PASSWORD#"$PROFILE_STATE_DIR"/}
+if [ -f "$password" ]; then
+    say INFO "first login: user unsloth, password in $password (change it at once: until then Studio shuts itself down after an hour)"
+fi

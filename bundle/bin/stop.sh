@@ -1,14 +1,16 @@
 #!/bin/bash
-# Stop a profile: bin/stop.sh PROFILE
-# Stops and removes its container, then waits until its processes are gone.
+# Stop a profile: bin/stop.sh stable|enhanced|full|PROFILE
+# Stops its container gracefully (SIGTERM), removes it, waits until its processes are gone
+# and, on DCU hosts, until hy-smi lists no process on the card (freed device memory lags
+# process exit there). Exit codes: 0 stopped or not running; 2 usage or no such profile; 8 still present.
 #   STACKPIN_STOP_TIMEOUT seconds for a clean exit before SIGKILL (default 30)
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 
-[ "$#" -eq 1 ] || die "usage: stop.sh PROFILE"
-profile=$1
-[[ "$profile" =~ ^[a-z0-9][a-z0-9.-]*$ ]] || die "profile '$profile' is not a profile name"
+[ "$#" -eq 1 ] || die_with 2 "usage: stop.sh stable|enhanced|full|PROFILE"
+profile=$(profile_alias "$1")
+require_profile "$profile"  # a typo is an error, not "not running"
 need docker "it stops the profile's container"
 name=$(container_name "$profile")
 grace=${STACKPIN_STOP_TIMEOUT:-30}
@@ -29,12 +31,16 @@ docker rm --force --volumes "$name" >/dev/null
 deadline=$((SECONDS + grace + 30))
 while docker container inspect "$name" >/dev/null 2>&1 \
     || { [ -n "$watch_pid" ] && grep -qs "$cid" "/proc/$watch_pid/cgroup"; }; do
-    [ "$SECONDS" -lt "$deadline" ] || die "stop: $name or its processes are still there; check 'docker ps -a'"
+    [ "$SECONDS" -lt "$deadline" ] || die_with 8 "stop: $name or its processes are still there; check 'docker ps -a'"
     sleep 1
 done
 if command -v hy-smi >/dev/null 2>&1; then
-    # Freed device memory can lag process exit: stopped means zero use on the device.
-    say INFO "device memory after stop (should return to zero before the next start):"
-    hy-smi 2>/dev/null | sed 's/^/    /' || true
+    # "Stopped" on a DCU means the card shows no process any more, not that ours exited.
+    until card_free; do
+        [ "$SECONDS" -lt "$deadline" ] \
+            || die_with 8 "stop: hy-smi still lists processes on the card $((grace + 30))s after the stop; check 'hy-smi --showpids'"
+        sleep 1
+    done
+    say PASS "stop: hy-smi lists no process on the card"
 fi
 say PASS "stop: profile $profile stopped, container $name removed, processes gone"

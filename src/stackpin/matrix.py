@@ -22,6 +22,7 @@ from stackpin.declared import reference_rows as declared_rows
 from stackpin.errors import ConfigurationError
 from stackpin.matrix_safety import cell_problems, duplicate_ids
 from stackpin.primitives import canonical_json
+from stackpin.servicespec import Service, service_problems
 from stackpin.untrusted import MAX_DEPTH, depth, read_bounded, shown
 
 if sys.version_info >= (3, 11):
@@ -231,6 +232,10 @@ class Cell:
         default="", metadata=doc("Script sourced in every build step and at start (DTK env.sh).")
     )
     run: RunFlags = field(default_factory=RunFlags, metadata=doc("Container run flags."))
+    service: Service | None = field(
+        default=None,
+        metadata=doc("The service the image serves (Studio); none = a tool image only."),
+    )
 
     @property
     def is_dtk(self) -> bool:
@@ -289,6 +294,9 @@ def _structural_problems(matrix: Matrix) -> list[Problem]:
                 problems.append(Problem(f"{where}.{wheel_path}.sha256", "expected 64 hex digits"))
         if not cell.variants:
             problems.append(Problem(f"{where}.variants", "list at least one variant"))
+        if cell.service is not None:
+            problems += [Problem(f"{where}.service.{key}", message)
+                         for key, message in service_problems(cell.service)]
     for cell in matrix.cells.values():
         problems += [Problem(path, message)
                      for path, message in cell_problems(cell, _pinned_wheels(cell))]
@@ -394,8 +402,15 @@ def find_cell(cells: Mapping[str, Cell], cell_id: str) -> Cell:
 
 
 def cell_to_dict(cell: Cell) -> dict[str, Any]:
-    """Plain JSON-able form of a cell (stable key order), used for labels and locks."""
-    return plain(cell)  # type: ignore[no-any-return]
+    """Plain JSON-able form of a cell (stable key order), used for labels and locks.
+
+    A cell that serves nothing has no ``service`` key: its form (hence its lock's digest)
+    is the one it had before services were declared.
+    """
+    form: dict[str, Any] = plain(cell)
+    if cell.service is None:
+        del form["service"]
+    return form
 
 
 def cell_json(cell: Cell) -> str:

@@ -17,12 +17,13 @@ from typing import Any
 import jinja2
 from packaging.utils import canonicalize_name
 
-from stackpin import target
+from stackpin import healthcheck, target
 from stackpin.boundary import effective_provided
 from stackpin.errors import ConfigurationError
 from stackpin.lock import GROUPS, Group, Lock, LockedWheel, wheel_name_version
 from stackpin.matrix import Cell, Variant, cell_json
 from stackpin.primitives import pretty_json, rfc3339
+from stackpin.servicespec import Service
 
 LABEL_PREFIX = target.LABEL_PREFIX
 
@@ -144,6 +145,9 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
                      for name, p in effective_provided(cell).items()
                      if p.by == "base-image" or _installs(cell, req.variant, name)},
         "excluded": dict(sorted(cell.excluded.items())),
+        "dropped": [{"of": d.of, "requirement": d.requirement, "reason": d.reason}
+                    for d in cell.dropped],
+        "service": service_info(cell.service, req.variant) if cell.service else None,
     }
 
 
@@ -152,6 +156,36 @@ def _installs(cell: Cell, variant: Variant, dist: str) -> bool:
     wheels = cell.wheels_for(variant)
     return any(canonicalize_name(w.filename.split("-")[0]) == canonicalize_name(dist)
                for w in wheels)
+
+
+HEALTHCHECK_PATH = "/opt/stackpin/healthcheck.py"
+
+
+def service_info(service: Service, variant: Variant) -> dict[str, Any]:
+    """What every consumer of a variant's service reads: image, start.sh, serve, verify L8."""
+    endpoint = service.endpoint(variant)
+    inner_url = f"http://127.0.0.1:{service.container_port}{service.health_path}"
+    return {
+        "argv": list(service.argv(variant)),
+        "container_port": service.container_port,
+        "host_port": endpoint.port,
+        "tools": endpoint.tools,
+        "health_path": service.health_path,
+        "health_argv": ["python", HEALTHCHECK_PATH, inner_url],
+        "ready_timeout": service.ready_timeout,
+        "state_dir": service.state_dir,
+        "models_dir": service.models_dir,
+        "password_file": service.bootstrap_password(),
+        "env": service.environment(),
+    }
+
+
+def runtime_env(cell: Cell) -> list[tuple[str, str]]:
+    """The image's ENV beyond PATH: the cell's env, then its service's (offline switches)."""
+    merged = dict(cell.env)
+    if cell.service is not None:
+        merged.update(cell.service.environment())
+    return sorted(merged.items())
 
 
 def layer_groups(cell: Cell, variant: Variant) -> tuple[Group, ...]:
@@ -203,6 +237,10 @@ def render(req: RenderRequest) -> Rendered:
         "stackpin/guard.py": (req.templates_dir / "guard.py").read_text(encoding="utf-8"),
         "stackpin/image.json": pretty_json(image_info(req)),
     }
+    if cell.service is not None:
+        files["stackpin/serve.py"] = (req.templates_dir / "serve.py").read_text(encoding="utf-8")
+        # One health rule for the image's HEALTHCHECK and `stackpin serve`: this module.
+        files["stackpin/healthcheck.py"] = Path(healthcheck.__file__).read_text(encoding="utf-8")
     for group in groups:
         wheels = lock.group(group) if lock else ()
         files[f"wheels/{group}/requirements.txt"] = requirements_text(group, wheels)
@@ -226,7 +264,8 @@ def template_context(
         ],
         "torch_version": torch_version(cell),
         "attention": _attention(cell, variant),
-        "runtime_env": sorted(cell.env.items()),
+        "runtime_env": runtime_env(cell),
+        "service": service_info(cell.service, variant) if cell.service else None,
         "labels": sorted(labels.items()),
     }
 

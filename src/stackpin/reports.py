@@ -50,6 +50,7 @@ LEVEL_NAMES = {
     5: "training",
     6: "correctness",
     7: "distributed",
+    8: "service",
 }
 VERSION_KEYS = ("torch", "python", "numpy", "transformers")
 # Key numbers and which direction is better; a move the wrong way past the

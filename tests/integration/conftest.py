@@ -21,6 +21,7 @@ import pytest
 
 from stackpin.bootstrap import BootstrapRequest, bootstrap_image, bootstrap_request
 from stackpin.cache import cache_dir
+from stackpin.engine import BindMount, RunRequest
 from stackpin.engine.docker_api import DockerEngine
 from stackpin.errors import StackpinError
 from stackpin.matrix import Cell
@@ -103,3 +104,20 @@ def cpu_base(docker_engine: DockerEngine, cpu_bootstrap: BootstrapRequest, base_
     except StackpinError as exc:
         _unavailable(exc.message)
         raise
+
+
+@pytest.fixture(scope="session")
+def tiny_models(cpu_image: dict[str, object], docker_engine: DockerEngine,
+                tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A models/ folder holding ``tiny``: the seeded tiny chat model, written by the CPU
+    image itself (stackpin_verify.tinychat), offline. Studio chats with and trains it."""
+    folder = tmp_path_factory.mktemp("models")
+    result = docker_engine.run_to_completion(RunRequest(
+        image=str(cpu_image["image_id"]),
+        command=("python", "-m", "stackpin_verify.tinychat", "model", "/out/tiny"),
+        mounts=(BindMount(source=folder, target="/out"),),
+        network_mode="none",
+    ), timeout_s=900)
+    assert result.exit_code == 0, result.logs[-3000:]
+    assert (folder / "tiny" / "config.json").is_file()
+    return folder

@@ -18,8 +18,12 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import CPU_CELL, ROOT
+from tests.integration.loopback import answering, outside_addresses
 
 from stackpin.engine.docker_api import DockerEngine
+
+sys.path.insert(0, str(ROOT / "verify"))
+from stackpin_verify.studio_api import Studio
 
 pytestmark = pytest.mark.docker
 
@@ -70,7 +74,8 @@ def signed_bundle(cpu_image, cpu_project: Path, tmp_path_factory) -> tuple[Path,
     return work / "site", work / "keys" / "stackpin.pub"
 
 
-def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, docker_engine: DockerEngine):
+def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, tiny_models: Path,
+                                      docker_engine: DockerEngine):
     bundle, pubkey = signed_bundle
     manifest = json.loads((bundle / "manifest.json").read_bytes())
     (image,) = manifest["images"]
@@ -94,24 +99,55 @@ def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, docker_engine: 
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
         report = json.loads((bundle.parent / "site.reports" / "stable" / "report.json").read_text())
         assert report["summary"]["required_failed"] == 0
+        # L8 inside the loaded image: Studio started, logged in, chatted (not skipped).
+        statuses = {c["name"]: c["status"] for c in report["checks"]}
+        assert [statuses.get(f"L8.service.{step}") for step in ("start", "login", "chat")] \
+            == ["pass"] * 3
         assert (bundle.parent / "site.reports" / "stable" / "report.xml").is_file()
 
-        done = _script(bundle, "start.sh", "stable", env={**trusted, "STACKPIN_PORT": str(port)})
+        site = {**trusted, "STACKPIN_PORT": str(port), "STACKPIN_MODELS_DIR": str(tiny_models)}
+        done = _script(bundle, "start.sh", "stable", env=site)
         assert done.returncode == 0, done.stdout + done.stderr
+        assert f"serves http://127.0.0.1:{port}/" in done.stdout
+        password = bundle.parent / "site.state" / "stable" / "studio" / "auth" / ".bootstrap_password"
+        assert f"password in {password}" in done.stdout
         state = _inspect("stackpin_site_stable")
         assert state["State"]["Health"]["Status"] == "healthy"
-        bindings = state["HostConfig"]["PortBindings"]["8000/tcp"]
-        assert bindings == [{"HostIp": "127.0.0.1", "HostPort": str(port)}]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
-            assert response.status == 200
-        assert (bundle.parent / "site.state" / "stable").is_dir()
+        bindings = state["HostConfig"]["PortBindings"]
+        assert bindings == {"8888/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}
+        assert answering(port, outside_addresses()) == []  # the probe's control: test_service_cpu
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=10) as response:
+            health = json.loads(response.read())
+        assert (health["status"], health["service"]) == ("healthy", "Unsloth UI Backend")
 
-        again = _script(bundle, "start.sh", "stable", env={**trusted, "STACKPIN_PORT": str(port)})
-        assert again.returncode != 0
+        # The scripted first use: bootstrap login, forced change, one chat with the tiny model.
+        studio = Studio(f"http://127.0.0.1:{port}")
+        bootstrap = password.read_text().strip()
+        assert studio.login(bootstrap)["must_change_password"] is True
+        studio.change_password(bootstrap, "Stackpin-site-2026")
+        assert studio.load_model("/workspace/models/tiny")["status"] == "loaded"
+        reply = studio.chat("/workspace/models/tiny", "hello", max_tokens=4)
+        assert reply["object"] == "chat.completion"
+
+        again = _script(bundle, "start.sh", "stable", env=site)
+        assert again.returncode == 8
         assert "already running" in again.stderr
 
         done = _script(bundle, "stop.sh", "stable")
         assert done.returncode == 0, done.stdout + done.stderr
+        assert _inspect("stackpin_site_stable") is None
+
+        # A service that never gets healthy, and one that exits while starting: one line,
+        # exit 6, the last log lines, and no container left behind.
+        slow = _script(bundle, "start.sh", "stable", env={**site, "STACKPIN_START_TIMEOUT": "1"})
+        assert slow.returncode == 6, slow.stdout + slow.stderr
+        assert "not healthy after 1s" in slow.stderr
+        assert _inspect("stackpin_site_stable") is None
+        dying = _script(bundle, "start.sh", "stable", "--", "python", "-c",
+                        "print('stackpin-test: giving up'); raise SystemExit(3)", env=site)
+        assert dying.returncode == 6, dying.stdout + dying.stderr
+        assert "exited while starting" in dying.stderr
+        assert "stackpin-test: giving up" in dying.stderr
         assert _inspect("stackpin_site_stable") is None
     finally:
         subprocess.run(["docker", "rm", "-f", "stackpin_site_stable"], capture_output=True)

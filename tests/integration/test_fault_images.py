@@ -26,7 +26,9 @@ pytestmark = pytest.mark.docker
 VENV = "/opt/stackpin/venv"
 SITE = f"{VENV}/lib/python3.11/site-packages"
 PY = f"{VENV}/bin/python"
-GUARD = f"{PY} /opt/stackpin/guard.py --python cp311 --torch 2.13.0+cpu --numpy '<2'"
+# As the build runs it: the boundary of image.json, and pip check less its dropped edges.
+GUARD = (f"{PY} /opt/stackpin/guard.py --python cp311 --torch 2.13.0+cpu --numpy '<2' "
+         "--boundary /opt/stackpin/image.json")
 
 # name -> RUN line that injects the fault (files from the context sit in /ctx).
 FAULTS = {
@@ -48,6 +50,9 @@ FAULTS = {
     ),
     # A truncated extension module (an interrupted copy, a full disk).
     "truncated_so": f"truncate -s 4096 {SITE}/numpy/core/_multiarray_umath.cpython-311-x86_64-linux-gnu.so",
+    # A requirement nobody dropped goes missing (torch needs filelock): an interrupted or
+    # hand-edited install that pip check, inside the guard, must name.
+    "missing_requirement": f"{VENV}/bin/pip uninstall -q -y filelock",
     # bitsandbytes present while the image declares it disabled.
     "bitsandbytes": f"{VENV}/bin/pip install -q --no-index --no-deps /ctx/bitsandbytes-*.whl",
 }
@@ -161,7 +166,7 @@ def _suite(engine: DockerEngine, image: str, levels: str) -> tuple[int, dict[str
 
 
 def test_unfaulted_image_passes_guard_and_level_0(cpu_image, docker_engine):
-    code, _, logs = _run(docker_engine, str(cpu_image["image_id"]), f"{VENV}/bin/pip check && {GUARD}")
+    code, _, logs = _run(docker_engine, str(cpu_image["image_id"]), GUARD)
     assert code == 0, logs
     code, checks = _suite(docker_engine, str(cpu_image["image_id"]), "0")
     assert code == 0
@@ -176,6 +181,14 @@ def test_numpy2_fails_the_guard_and_l0_numpy(fault_images, docker_engine):
     assert code == 1
     assert checks["L0.numpy"]["status"] == "fail"
     assert "numpy 2.2.6 violates the image constraint numpy<2" in checks["L0.numpy"]["reason"]
+
+
+def test_a_missing_requirement_that_is_not_dropped_fails_the_guard(fault_images, docker_engine):
+    code, _, logs = _run(docker_engine, fault_images["missing_requirement"], GUARD)
+    assert code == 1
+    assert "pip check: torch 2.13.0+cpu requires filelock, which is not installed." in logs
+    # The cell's dropped edges (unsloth -> triton, ...) are not reported by the same run.
+    assert "requires triton" not in logs
 
 
 def test_torch_label_differing_from_the_pin_fails_l0_torch_version(fault_images, docker_engine):

@@ -43,9 +43,29 @@ case "$1 ${2:-}" in
     "version "*) echo 20.10.24 ;;
     "info "*) echo "${SHIM_ROOT_DIR:-/}" ;;
     "container inspect") exit 1 ;;
-    "ps "*) exit 0 ;;
+    "ps "*) case "$*" in *label=*) printf '%s' "${SHIM_PS:-}" ;; esac ;;
+    "inspect --format") echo "${SHIM_HEALTH:-running healthy}" ;;
+    "run "*)  # the published port answers as SHIM_ANSWER says (a JSON health by default)
+        python3 "$(dirname -- "$0")/answer.py" "$STACKPIN_PORT" </dev/null >/dev/null 2>&1 &
+        for _ in $(seq 50); do (: <"/dev/tcp/127.0.0.1/$STACKPIN_PORT") 2>/dev/null && break; sleep 0.1; done ;;
     *) exit 0 ;;
 esac
+"""
+# What the fake container answers on its published port, for start.sh's host-side probe.
+ANSWER = """import http.server, os, sys, threading
+CONTENT_TYPE, _, BODY = os.environ.get(
+    "SHIM_ANSWER", 'application/json {"status": "healthy", "service": "x"}').partition(" ")
+class Answer(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE)
+        self.end_headers()
+        self.wfile.write(BODY.encode())
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Answer)
+threading.Timer(30, server.shutdown).start()  # never outlives the test by long
+server.serve_forever()
 """
 
 
@@ -56,11 +76,15 @@ def site(tmp_path, shipped_cells):
     shim_dir.mkdir()
     (shim_dir / "docker").write_text(SHIM)
     (shim_dir / "docker").chmod(0o755)
+    (shim_dir / "answer.py").write_text(ANSWER)
     log = tmp_path / "docker.log"
     log.touch()
     assert not Path("/etc/stackpin/trusted.pub").exists(), "a site trust file on the test host"
+    models = tmp_path / "models"  # the site's models folder, mounted by start.sh
+    models.mkdir()
     env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}", "SHIM_LOG": str(log),
-           "STACKPIN_PUBKEY": str(public), "STACKPIN_START_TIMEOUT": "5"}
+           "STACKPIN_PUBKEY": str(public), "STACKPIN_START_TIMEOUT": "5",
+           "STACKPIN_MODELS_DIR": str(models), "STACKPIN_PORT": str(_free_port())}
     for name in ("STACKPIN_INSECURE_UNSIGNED", "STACKPIN_ALLOW_HOST_ACCESS"):
         env.pop(name, None)
     return result.out_dir, public, env, log
@@ -276,16 +300,30 @@ def test_start_refuses_a_taken_port_before_running_anything(site):
         listener.listen()
         port = listener.getsockname()[1]
         done = _run(out, "start.sh", "stable", env={**env, "STACKPIN_PORT": str(port)})
-    assert done.returncode != 0
+    assert done.returncode == 8
     assert f"port 127.0.0.1:{port} is taken" in done.stderr
     assert not any(call.startswith("run ") for call in _calls(log))
 
 
 def test_start_refuses_an_unknown_or_malformed_profile(site):
     out, _public, env, _log = site
-    assert "no profile 'enhanced'" in _run(out, "start.sh", "enhanced", env=env).stderr
+    done = _run(out, "start.sh", "enhanced", env=env)
+    assert done.returncode == 2
+    assert "no profile 'enhanced'" in done.stderr
+    # "full" is the seed's name for the enhanced profile.
+    assert "no profile 'enhanced'" in _run(out, "start.sh", "full", env=env).stderr
     assert "is not a profile name" in _run(out, "start.sh", "../x", env=env).stderr
     assert "is not a profile name" in _run(out, "stop.sh", "../x", env=env).stderr
+
+
+def test_stop_of_a_profile_the_bundle_lacks_is_a_usage_error_not_not_running(site):
+    out, _public, env, log = site
+    done = _run(out, "stop.sh", "stabel", env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "FAIL  no profile 'stabel' in this bundle; profiles: stable"]
+    assert "not running" not in done.stdout
+    assert not log.exists() or "stop" not in log.read_text()  # docker never asked to stop
 
 
 def test_start_refuses_an_altered_profile(site):
@@ -370,3 +408,119 @@ def test_scripts_are_executable_and_shellcheck_clean():
     done = subprocess.run([shellcheck, "-x", *map(str, scripts)], capture_output=True,
                           text=True, cwd=ROOT / "bundle" / "bin")
     assert done.returncode == 0, done.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_start_runs_the_declared_service_on_loopback_with_state_and_models(site, tmp_path):
+    out, _public, env, log = site
+    port = _free_port()
+    done = _run(out, "start.sh", "stable", env={**env, "STACKPIN_PORT": str(port)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"serves http://127.0.0.1:{port}/" in done.stdout
+    (run,) = [c for c in _calls(log) if c.startswith("run ")]
+    assert f"--publish 127.0.0.1:{port}:8888" in run
+    assert f"--volume {tmp_path / 'models'}:/workspace/models:ro" in run
+    assert ":/var/lib/stackpin/state " in run
+    assert run.endswith("python /opt/stackpin/serve.py --host 0.0.0.0 --port 8888 --disable-tools")
+
+
+def test_start_refuses_a_missing_models_folder_before_running_anything(site, tmp_path):
+    out, _public, env, log = site
+    missing = tmp_path / "no-models"
+    done = _run(out, "start.sh", "stable", env={**env, "STACKPIN_MODELS_DIR": str(missing)})
+    assert done.returncode == 3
+    assert done.stderr.count("\n") == 1
+    assert f"models folder {missing} is missing" in done.stderr
+    assert not any(call.startswith("run ") for call in _calls(log))
+
+
+@pytest.mark.parametrize("answer", ["text/html <p>\"status\": \"healthy\"</p>",
+                                    'application/json {"status": "starting"}'])
+def test_start_fails_when_the_published_port_does_not_answer_healthy_json(site, answer):
+    # The container says healthy (its HEALTHCHECK, from inside), but what a user reaches on
+    # 127.0.0.1 is an HTML page or a JSON that is not healthy: exit 6, nothing left.
+    out, _public, env, log = site
+    done = _run(out, "start.sh", "stable", env={**env, "SHIM_ANSWER": answer})
+    assert done.returncode == 6, done.stdout + done.stderr
+    assert "does not answer healthy JSON on this host" in done.stderr
+    assert "PASS  start" not in done.stdout
+    assert _calls(log)[-1] == "rm -f stackpin_site_stable"
+
+
+def test_start_succeeds_only_after_the_host_side_probe_got_healthy_json(site):
+    out, _public, env, _log = site
+    done = _run(out, "start.sh", "stable", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"serves http://127.0.0.1:{env['STACKPIN_PORT']}/" in done.stdout
+
+
+@pytest.mark.parametrize(("health", "why"), [("exited ", "exited while starting"),
+                                               ("running starting", "not healthy after 2s")])
+def test_start_that_fails_shows_the_log_and_removes_the_container(site, health, why):
+    out, _public, env, log = site
+    done = _run(out, "start.sh", "stable", env={
+        **env, "SHIM_HEALTH": health, "STACKPIN_START_TIMEOUT": "2",
+        "STACKPIN_PORT": str(_free_port())})
+    assert done.returncode == 6
+    assert why in done.stderr
+    calls = _calls(log)
+    assert any(c.startswith("logs --tail") for c in calls)
+    assert calls[-1] == "rm -f stackpin_site_stable"
+
+
+def test_start_keep_leaves_a_failed_container_for_debugging(site):
+    out, _public, env, log = site
+    done = _run(out, "start.sh", "stable", "--keep", env={
+        **env, "SHIM_HEALTH": "exited ", "STACKPIN_PORT": str(_free_port())})
+    assert done.returncode == 6
+    assert not any(c.startswith("rm -f") for c in _calls(log))
+
+
+def test_start_on_a_card_refuses_a_second_profile_unless_forced(site):
+    out, _public, env, log = site
+    conf = out / "bin" / "profiles" / "stable.conf"
+    _rewrite_with_sums(out, "bin/profiles/stable.conf",
+                       conf.read_text().replace("PROFILE_PLATFORM=cpu", "PROFILE_PLATFORM=dtk"))
+    busy = {**env, "SHIM_PS": "enhanced\n", "STACKPIN_PORT": str(_free_port())}
+    done = _run(out, "start.sh", "stable", env=busy)
+    assert done.returncode == 8
+    assert "profile enhanced is running on this card" in done.stderr
+    assert not any(call.startswith("run ") for call in _calls(log))
+    assert _run(out, "start.sh", "stable", "--force", env=busy).returncode == 0
+
+
+STATEFUL_DOCKER = """#!/bin/bash
+printf '%s\\n' "$*" >> "$SHIM_LOG"
+case "$1 ${2:-}" in
+    "container inspect") if [ -f "$SHIM_GONE" ]; then exit 1; fi; echo "c0ffee 0" ;;
+    "rm "*) touch "$SHIM_GONE" ;;
+esac
+exit 0
+"""
+
+HY_SMI = """#!/bin/bash
+n=$(cat "$SHIM_COUNT" 2>/dev/null || echo 0)
+echo $((n + 1)) > "$SHIM_COUNT"
+if [ "$n" -ge 2 ]; then echo 'No KFD PIDs currently running'; else echo 'PID 4242 card0'; fi
+"""
+
+
+def test_stop_on_a_dcu_waits_until_hy_smi_lists_no_process(site, tmp_path):
+    out, _public, env, log = site
+    shim = tmp_path / "shim"
+    (shim / "docker").write_text(STATEFUL_DOCKER)
+    (shim / "hy-smi").write_text(HY_SMI)
+    (shim / "hy-smi").chmod(0o755)
+    count = tmp_path / "count"
+    done = _run(out, "stop.sh", "stable", env={**env, "SHIM_COUNT": str(count),
+                                               "SHIM_GONE": str(tmp_path / "gone"),
+                                               "STACKPIN_STOP_TIMEOUT": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert count.read_text().strip() == "3"  # asked until the card showed no process
+    assert "hy-smi lists no process on the card" in done.stdout
+    assert "stop --time 1 stackpin_site_stable" in _calls(log)

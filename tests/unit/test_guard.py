@@ -133,3 +133,49 @@ def test_guard_cli_reads_the_boundary_from_image_json(tmp_path: Path):
     )
     assert result.returncode == 1
     assert "pytest" in result.stderr and "excluded on this cell (test: excluded here)" in result.stderr
+
+
+PIP_CHECK = """unsloth 2026.10.9 requires torchvision, which is not installed.
+unsloth 2026.10.9 requires xformers, which is not installed.
+cut-cross-entropy 25.1.1 requires triton, which is not installed.
+trl 0.23.1 has requirement transformers>=4.56.1, but you have transformers 4.40.0.
+"""
+DROPPED = {"dropped": [{"of": "unsloth", "requirement": "torchvision", "reason": "r"},
+                       {"of": "unsloth", "requirement": "xformers", "reason": "r"},
+                       {"of": "Cut_Cross_Entropy", "requirement": "Triton", "reason": "r"}]}
+
+
+def test_pip_check_allows_exactly_the_dropped_requirements():
+    found = guard.pip_check_problems(PIP_CHECK, guard.dropped_edges(DROPPED))
+    assert found == ["pip check: trl 0.23.1 has requirement transformers>=4.56.1, "
+                     "but you have transformers 4.40.0."]
+
+
+def test_pip_check_reports_a_requirement_dropped_for_another_distribution():
+    # triton is dropped for cut-cross-entropy only: the same requirement of unsloth_zoo fails.
+    text = "unsloth-zoo 2026.10.9 requires triton, which is not installed.\n"
+    assert guard.pip_check_problems(text, guard.dropped_edges(DROPPED)) == [
+        "pip check: unsloth-zoo 2026.10.9 requires triton, which is not installed."]
+
+
+def test_pip_check_reports_a_missing_requirement_that_is_not_dropped():
+    edges = guard.dropped_edges({"dropped": DROPPED["dropped"][:1]})
+    found = guard.pip_check_problems(PIP_CHECK, edges)
+    assert any("requires xformers" in line for line in found)
+    assert not any("torchvision" in line for line in found)
+    assert guard.pip_check_problems("No broken requirements found.\n", set()) == []
+
+
+def test_the_guard_runs_real_pip_check_and_drops_only_the_named_edge(tmp_path: Path, monkeypatch):
+    # A distribution whose requirement is missing, put on the path of the pip the guard runs:
+    # pip check must report it, and naming that edge in image.json's dropped list hides it.
+    dist = tmp_path / "needy-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: needy\nVersion: 1.0\n"
+                                   "Requires-Dist: absent-thing\n")
+    (dist / "RECORD").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    line = "pip check: needy 1.0 requires absent-thing, which is not installed."
+    assert line in guard.pip_check_problems(guard.run_pip_check(), set())
+    image = {"dropped": [{"of": "needy", "requirement": "absent_thing", "reason": "r"}]}
+    assert line not in guard.pip_check_problems(guard.run_pip_check(), guard.dropped_edges(image))

@@ -8,6 +8,6 @@ bitsandbytes), never stackpin, so the same code runs inside a container and on a
 from __future__ import annotations
 
 REPORT_SCHEMA = "stackpin.verify/v1"
-LEVELS = (0, 1, 2, 3, 4, 5, 6, 7)
+LEVELS = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 
 __all__ = ["LEVELS", "REPORT_SCHEMA"]

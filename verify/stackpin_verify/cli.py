@@ -40,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_levels,
         default=None,
         help="comma-separated levels to run; each must pass at least one check (default: "
-        "0-7, leaving out what cannot apply here: L2 without an accelerator, L4 without "
-        "bitsandbytes installed or declared)",
+        "0-8, leaving out what cannot apply here: L2 without an accelerator, L4 without "
+        "bitsandbytes installed or declared, L8 when the image declares no service)",
     )
     parser.add_argument(
         "--out-dir",

@@ -25,6 +25,7 @@ LEVEL_MODULES = {
     5: "stackpin_verify.level5",
     6: "stackpin_verify.level6",
     7: "stackpin_verify.level7",
+    8: "stackpin_verify.level8",
 }
 
 
@@ -60,6 +61,8 @@ def left_out_by_default(ctx: Context, level: int) -> str | None:
     declared = ctx.image_field("bitsandbytes") or ctx.declares("bitsandbytes")
     if level == 4 and not declared and importlib.util.find_spec("bitsandbytes") is None:
         return "bitsandbytes is neither installed nor declared by the image"
+    if level == 8 and not (ctx.image or {}).get("service"):
+        return "the image declares no service"
     return None
 
 

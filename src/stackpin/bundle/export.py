@@ -42,7 +42,7 @@ from stackpin.bundle.stream import write_images
 from stackpin.engine import Engine
 from stackpin.errors import BundleError, ValidationError
 from stackpin.lock import Lock, atomic_write
-from stackpin.matrix import RunFlags, cell_to_dict, visibility_environment
+from stackpin.matrix import RunFlags, Variant, cell_to_dict, visibility_environment
 from stackpin.primitives import (
     rfc3339,
     sha256_file,
@@ -51,7 +51,7 @@ from stackpin.primitives import (
     tar_end,
     tar_member,
 )
-from stackpin.render import render_template
+from stackpin.render import render_template, service_info
 from stackpin.target import (
     LABEL_LOCK_DIGEST,
     LABEL_SOURCE_COMMIT,
@@ -126,6 +126,21 @@ def profile_conf(image: BundleImage) -> str:
     env = [f"--env={k}={v}" for k, v in sorted(visibility_environment(
         image.platform, RunFlags(visible_devices=image.run.get("visible_devices", ""))).items())]
     text += shell_assign("PROFILE_RUN_ARGS", docker_run_args(image.run) + env)
+    if image.service is not None:
+        text += service_conf(image.service)
+    return text
+
+
+def service_conf(service: Mapping[str, Any]) -> str:
+    """The service part of a profile's conf: what bin/start.sh runs, mounts and waits for."""
+    text = shell_assign("PROFILE_SERVICE_ARGV", [str(a) for a in service["argv"]])
+    text += shell_assign("PROFILE_CONTAINER_PORT", service["container_port"])
+    text += shell_assign("PROFILE_HEALTH_PATH", service["health_path"])
+    text += shell_assign("PROFILE_READY_TIMEOUT", service["ready_timeout"])
+    text += shell_assign("PROFILE_STATE_DIR", service["state_dir"])
+    text += shell_assign("PROFILE_MODELS_DIR", service["models_dir"])
+    text += shell_assign("PROFILE_BOOTSTRAP_PASSWORD", service["password_file"])
+    text += shell_assign("PROFILE_TOOLS", "on" if service["tools"] else "off")
     return text
 
 
@@ -144,7 +159,11 @@ def target_of(request: ExportRequest, selection: Selection) -> Target:
 def resolve_images(engine: Engine, request: ExportRequest) -> list[BundleImage]:
     """The built image of every selection, checked against its lock and its build record
     (which must have made this very image); secrets refused."""
-    profiles = assign_profiles([(s.cell.id, s.variant) for s in request.selections])
+    declared: dict[tuple[str, Variant], int] = {
+        (s.cell.id, s.variant): s.cell.service.endpoint(s.variant).port
+        for s in request.selections if s.cell.service is not None
+    }
+    profiles = assign_profiles([(s.cell.id, s.variant) for s in request.selections], declared)
     images = []
     for selection, (profile, port) in zip(request.selections, profiles, strict=True):
         cell, variant, lock = selection.cell, selection.variant, selection.lock
@@ -175,6 +194,7 @@ def resolve_images(engine: Engine, request: ExportRequest) -> list[BundleImage]:
             # The moving tag travels only when it still names this very image.
             tags=tuple(t for t in tags if t in info.tags or t == tags[0]),
             labels=dict(info.labels), run=run_flags_json(cell.run), size=info.size,
+            service=service_info(cell.service, variant) if cell.service else None,
         ))
     return images
 

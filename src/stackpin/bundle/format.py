@@ -16,8 +16,9 @@ from typing import Any, Literal
 from stackpin import __version__
 from stackpin.errors import BundleError
 from stackpin.lock import Lock
-from stackpin.matrix import Cell, RunFlags, Variant
+from stackpin.matrix import VARIANTS, Cell, RunFlags, Variant
 from stackpin.primitives import rfc3339
+from stackpin.servicespec import Service
 
 FORMAT = "stackpin-bundle"
 FORMAT_VERSION = 1
@@ -28,7 +29,8 @@ IMAGES = "images.tar.zst"
 # Level 3 with workers: measured within the export-time budget (docs/benchmarks.md)
 # and smaller than `zstd -T0 -3`. Pinned: the level is part of the bundle's bytes.
 ZSTD_LEVEL = 3
-DEFAULT_PORTS: Mapping[Variant, int] = {Variant.ENHANCED: 18887, Variant.STABLE: 18888}
+# The seed's ports (enhanced 18887, stable 18888), declared once with the service defaults.
+DEFAULT_PORTS: Mapping[Variant, int] = {v: Service().endpoint(v).port for v in VARIANTS}
 MAX_MANIFEST_BYTES = 16 << 20
 UNSIGNED = (MANIFEST, SIGNATURE)  # every other file is listed in the manifest
 # The site puts its own model folders here (stackpin.bundle.models): in a bundle folder,
@@ -85,6 +87,7 @@ class BundleImage:
     labels: Mapping[str, str]
     run: Mapping[str, Any]
     size: int
+    service: Mapping[str, Any] | None = None  # render.service_info: what start.sh runs
     # The IDs it has once loaded, set by the export's stream: identity is per store.
     config_digest: str = ""  # on a classic store (and Engine 20.10)
     manifest_digest: str = ""  # on a containerd image store
@@ -124,13 +127,17 @@ class StreamStats:
 # --- pure pieces ------------------------------------------------------------------------
 
 
-def assign_profiles(pairs: Sequence[tuple[str, Variant]]) -> list[tuple[str, int]]:
+def assign_profiles(
+    pairs: Sequence[tuple[str, Variant]], ports: Mapping[tuple[str, Variant], int] | None = None
+) -> list[tuple[str, int]]:
     """Profile name and loopback port per (cell, variant), in order.
 
-    A variant bundled for one cell is its own profile (``stable`` on 18888, ``enhanced``
-    on 18887, as in the field); when several cells bring the same variant the profile is
-    ``<cell>.<variant>`` and each further cell's ports sit 2 below the previous cell's.
+    A variant bundled for one cell is its own profile on the port its service declares
+    (``stable`` on 18888, ``enhanced`` on 18887 by default, as in the field); when several
+    cells bring the same variant the profile is ``<cell>.<variant>`` and each further
+    cell's ports sit 2 below the previous cell's.
     """
+    declared = ports or {}
     counts: dict[Variant, int] = {}
     for _cell, variant in pairs:
         counts[variant] = counts.get(variant, 0) + 1
@@ -138,7 +145,8 @@ def assign_profiles(pairs: Sequence[tuple[str, Variant]]) -> list[tuple[str, int
     result = []
     for cell, variant in pairs:
         name = variant if counts[variant] == 1 else f"{cell}.{variant}"
-        port = DEFAULT_PORTS.get(variant, 18889) - 2 * cell_order.index(cell)
+        base = declared.get((cell, variant), DEFAULT_PORTS.get(variant, 18889))
+        port = base - 2 * cell_order.index(cell)
         result.append((name, port))
     return result
 

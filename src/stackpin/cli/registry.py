@@ -23,6 +23,7 @@ VERB_MODULES = (
     "ci_cmd",
     "report_cmd",
     "doctor_cmd",
+    "serve_cmd",
 )
 
 

@@ -48,7 +48,7 @@ def command() -> None:
 @command.command(name="run")
 @cell_argument
 @variant_option()
-@click.option("--levels", default="", help="Comma-separated levels (default: all, 0-7).")
+@click.option("--levels", default="", help="Comma-separated levels (default: all, 0-8).")
 @click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto",
               show_default=True)
 @json_option

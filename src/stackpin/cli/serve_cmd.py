@@ -1,0 +1,77 @@
+"""``stackpin serve``: run a built image's service (Unsloth Studio) on the build host."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from stackpin.cli.common import cell_argument, json_option, project_layout, variant_option
+from stackpin.engine.docker_api import DockerEngine
+from stackpin.errors import HostEnvironmentError, VerificationError
+from stackpin.matrix import Variant
+from stackpin.service import plan, require_free_port, wait_healthy
+from stackpin.target import resolve
+
+
+@click.command(name="serve")
+@cell_argument
+@variant_option(allow_all=False, help="Which image's service (stable 18888, enhanced 18887).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Host port on 127.0.0.1 (default: the variant's: 18888 stable, 18887 enhanced).")
+@click.option("--models", "models_dir", type=click.Path(path_type=Path), default=Path("models"),
+              show_default=True, help="Folder of model folders, mounted read-only.")
+@click.option("--state", "state_dir", type=click.Path(path_type=Path), default=None,
+              help="State folder (accounts, chats, runs); default build/state/CELL-VARIANT.")
+@click.option("--timeout", "timeout_s", type=click.IntRange(1), default=None,
+              help="Seconds to wait for a healthy answer (default: the cell's ready_timeout).")
+@json_option
+def command(cell_id: str, variant: Variant, port: int | None, models_dir: Path,
+            state_dir: Path | None, timeout_s: int | None, as_json: bool) -> None:
+    """Serve CELL's service from its built image until Ctrl-C, on 127.0.0.1 only.
+
+    Waits until the health path answers healthy, prints the URL and where the first-login
+    password was written, then keeps the service in the foreground; Ctrl-C stops and
+    removes its container. Exit 3 for a missing models folder or a cell without a
+    service, 6 when the service exits or is not healthy in time, 8 for a taken port or an
+    image that is not built. With --json, the only output is one JSON line once healthy
+    (url, health_url, port, password_file or null, container, image, state_dir, models_dir).
+    """
+    layout = project_layout()
+    (target,) = resolve(layout, cell_id, variant)
+    cell, image = target.cell, target.tags[0]
+    state = state_dir or layout.build / "state" / target.name
+    serve = plan(cell, variant, image=image, state_dir=state, models_dir=models_dir,
+                 port=port, timeout_s=timeout_s)
+    require_free_port(next(iter(serve.request.ports.values())))
+    state.mkdir(parents=True, exist_ok=True)
+    with DockerEngine.connect() as engine:
+        if engine.image_info(image) is None:
+            msg = f"image {image} is not built: run 'stackpin build {cell.id} --variant {variant}'"
+            raise HostEnvironmentError(msg)
+        with engine.container(serve.request) as running:
+            say = (lambda _line: None) if as_json else click.echo
+            say(f"serve: starting {image} (waiting up to {serve.timeout_s}s for "
+                f"{serve.health_url})")
+            wait_healthy(serve.health_url, timeout_s=serve.timeout_s,
+                         exit_code=lambda: running.wait(1), logs=running.logs)
+            password = serve.password_file if serve.password_file.is_file() else None
+            if as_json:
+                click.echo(json.dumps({
+                    "cell": cell.id, "variant": variant, "image": image,
+                    "container": running.id, "url": serve.url, "health_url": serve.health_url,
+                    "port": next(iter(serve.request.ports.values())),
+                    "password_file": str(password.resolve()) if password else None,
+                    "state_dir": str(state.resolve()), "models_dir": str(models_dir.resolve()),
+                }, sort_keys=True), nl=True)
+            say(f"serve: {cell.id} {variant} healthy at {serve.url}")
+            if password:
+                say(f"serve: first login: user unsloth, password in {serve.password_file} "
+                    "(change it at once: until then Studio shuts itself down after an hour)")
+            say("serve: Ctrl-C stops it and removes the container")
+            code = None
+            while code is None:
+                code = running.wait(3600)
+            msg = f"the service exited on its own with code {code}; its last log lines follow"
+            raise VerificationError(msg, details=running.logs().splitlines()[-30:])
