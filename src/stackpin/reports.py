@@ -529,13 +529,19 @@ def _check_changes(
     if old["status"] != new["status"]:
         worse = _got_worse(old["status"], new["status"])
         found.append(Difference(kind="status", name=name, before=old["status"], after=new["status"],
-                            note="worse" if worse else new.get("reason", "")[:80]))
+                            note="worse" if worse else str(new.get("reason") or "")[:80]))
     for metric in _RATE_METRICS:
-        a, b = old.get("metrics", {}).get(metric), new.get("metrics", {}).get(metric)
+        a, b = _metric(old, metric), _metric(new, metric)
         if isinstance(a, int | float) and isinstance(b, int | float) and a > 0 and a != b:
             found.append(Difference(kind="metric", name=f"{name}.{metric}", before=f"{a:.4g}",
                                 after=f"{b:.4g}", note=f"x{b / a:.3f}"))
     return found
+
+
+def _metric(check: dict[str, Any], metric: str) -> Any:
+    """One number of a check; a report whose metrics are null or not a table has none."""
+    metrics = check.get("metrics")
+    return metrics.get(metric) if isinstance(metrics, dict) else None
 
 
 def is_regression(change: Difference) -> bool:

@@ -264,3 +264,14 @@ def test_bundle_verify_cli(tmp_path, data):
     folder.mkdir(exist_ok=True)
     (folder / "manifest.json").write_bytes(data)
     _cli(["bundle", "verify", str(folder), "--insecure-unsigned"], {7})
+
+
+def test_diff_of_a_report_whose_metrics_or_reason_are_null_does_not_crash():
+    # Found by the fuzz test above: a loaded report may carry "metrics": null.
+    old = json.loads(json.dumps(REPORT))
+    new = json.loads(json.dumps(REPORT))
+    new["checks"][0]["metrics"] = None
+    new["checks"][0]["status"], new["checks"][0]["reason"] = "skip", None
+    changes = reports.diff_reports(reports.load_report("a.json", json.dumps(old)),
+                                   reports.load_report("b.json", json.dumps(new)))
+    assert [c.kind for c in changes] == ["status"]
