@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Literal
 
 from packaging.version import Version
@@ -34,14 +34,7 @@ class Violation:
         return shown(line, limit=2000)  # a matrix value cannot break the line
 
     def to_json(self) -> dict[str, str]:
-        return {
-            "cell": self.cell,
-            "field": self.field,
-            "expected": self.expected,
-            "found": self.found,
-            "fix": self.fix,
-            "severity": self.severity,
-        }
+        return {k: str(v) for k, v in asdict(self).items()}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,6 +13,7 @@ from stackpin.build import execute, plan, preflight, stage, vet_cell
 from stackpin.bundle.source import load_bundled_base, recorded_commit
 from stackpin.cache import cache_dir
 from stackpin.cli.common import (
+    F,
     builder_option,
     cell_argument,
     echo_json,
@@ -61,6 +62,13 @@ def builder_for(engine: DockerEngine, requested: str) -> BuilderChoice:
     return choice
 
 
+def build_options(func: F) -> F:
+    """--builder and -v: which builder runs and how much of it is shown (build, rebuild)."""
+    verbose = click.option("-v", "--verbose", is_flag=True,
+                           help="Print every build line, not just steps.")
+    return builder_option(verbose(func))
+
+
 @click.command(name="build")
 @cell_argument
 @variant_option(help="Which image(s) of the cell to build.")
@@ -71,11 +79,10 @@ def builder_for(engine: DockerEngine, requested: str) -> BuilderChoice:
               help="Keep the builder's image as is (build-time mtimes and dates): faster, "
                    "but its ID changes with every --no-cache build (unless the engine's "
                    "BuildKit rewrites timestamps natively).")
-@builder_option
+@build_options
 @click.option("--offline", is_flag=True,
               help="Never reach a network for the base: it must be on the daemon or in base/ "
                    "of a --with-wheels bundle (run inside the bundle folder).")
-@click.option("-v", "--verbose", is_flag=True, help="Print every build line, not just steps.")
 @click.option("--prepare-only", is_flag=True,
               help="Stage build/context/CELL-VARIANT/ (Dockerfile + locked wheels) and stop; "
                    "for external builders such as `docker buildx bake`.")

@@ -7,9 +7,8 @@ import click
 from stackpin.bootstrap import ensure_base
 from stackpin.build import plan, preflight, vet_cell
 from stackpin.cache import cache_dir
-from stackpin.cli.build_cmd import builder_for, provenance_labels
+from stackpin.cli.build_cmd import build_options, builder_for, provenance_labels
 from stackpin.cli.common import (
-    builder_option,
     cell_argument,
     echo_json,
     json_option,
@@ -35,8 +34,7 @@ from stackpin.target import resolve
 @click.option("--image", "image_ref", metavar="REF",
               help="Compare with this image (tag or ID, e.g. one loaded from a bundle) "
                    "instead of the variant's lock-digest tag; needs a single variant.")
-@builder_option
-@click.option("-v", "--verbose", is_flag=True, help="Print every build line, not just steps.")
+@build_options
 @json_option
 def command(cell_id: str, check: bool, variant: str, use_cache: bool, image_ref: str | None,
             builder: str, verbose: bool, as_json: bool) -> None:

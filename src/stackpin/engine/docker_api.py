@@ -28,6 +28,9 @@ import docker.errors
 import docker.utils
 import requests
 
+# The types module as a namespace (as docker-py's api does with docker.types): the names
+# are listed once, in the package face, not again here.
+from stackpin.engine import types
 from stackpin.engine.buildx import run_buildx
 from stackpin.engine.docker_build import (
     BuildTally,
@@ -36,21 +39,6 @@ from stackpin.engine.docker_build import (
     finish_build_stream,
     tally_build_event,
     write_build_context,
-)
-from stackpin.engine.types import (
-    BuildRequest,
-    BuildResult,
-    EngineReport,
-    EngineVersion,
-    ImageInfo,
-    LoadResult,
-    RunRequest,
-    RunResult,
-    SaveRequest,
-    engine_report,
-    image_info_from_inspect,
-    store_of,
-    unpacked_size,
 )
 from stackpin.errors import HostEnvironmentError
 
@@ -76,7 +64,7 @@ def container_name() -> str:
     return f"{CONTAINER_PREFIX}{uuid.uuid4().hex}"
 
 
-def host_config_kwargs(request: RunRequest) -> dict[str, Any]:
+def host_config_kwargs(request: types.RunRequest) -> dict[str, Any]:
     """Arguments of the SDK's ``create_host_config`` for a run request."""
     binds = list(request.volumes) + [
         f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in request.mounts
@@ -111,7 +99,7 @@ def gpu_device_request(gpus: str) -> dict[str, Any]:
     return {"device_ids": ids, "capabilities": [["gpu"]]}
 
 
-def container_kwargs(request: RunRequest, name: str) -> dict[str, Any]:
+def container_kwargs(request: types.RunRequest, name: str) -> dict[str, Any]:
     """Arguments of the SDK's ``create_container`` (without the host config)."""
     kwargs: dict[str, Any] = {
         "image": request.image,
@@ -226,35 +214,35 @@ class DockerEngine:
             api.close()
 
     @_needs_daemon
-    def version(self) -> EngineVersion:
+    def version(self) -> types.EngineVersion:
         data = self._api.version()
-        return EngineVersion(
+        return types.EngineVersion(
             version=str(data.get("Version", "")),
             api_version=str(data.get("ApiVersion", "")),
             os=str(data.get("Os", "")),
             arch=str(data.get("Arch", "")),
-            store=store_of(self._api.info()),
+            store=types.store_of(self._api.info()),
         )
 
     @_needs_daemon
-    def report(self) -> EngineReport:
+    def report(self) -> types.EngineReport:
         """Version, store, cgroups, runtimes and security options, for `stackpin doctor`."""
-        return engine_report(self.version(), self._api.info())
+        return types.engine_report(self.version(), self._api.info())
 
     # images ---------------------------------------------------------------------------
 
     @_needs_daemon
-    def image_info(self, reference: str) -> ImageInfo | None:
+    def image_info(self, reference: str) -> types.ImageInfo | None:
         """The image a reference (name:tag, ID or name@digest) names here, or None."""
         try:
             data = self._api.inspect_image(reference)  # type: ignore[no-untyped-call]
-            return image_info_from_inspect(data)
+            return types.image_info_from_inspect(data)
         except docker.errors.ImageNotFound:
             return None
 
 
     @_needs_daemon
-    def list_images(self, label: str) -> list[ImageInfo]:
+    def list_images(self, label: str) -> list[types.ImageInfo]:
         """Every local image carrying ``label`` ("key" or "key=value"), newest first.
 
         ``size`` is the unpacked size on both stores: on the containerd image store the
@@ -271,7 +259,7 @@ class DockerEngine:
         for summary in summaries:
             info = self.image_info(str(summary["Id"]))
             if info is not None:
-                unpacked = unpacked_size(summary)
+                unpacked = types.unpacked_size(summary)
                 found.append(replace(info, size=unpacked) if unpacked else info)
         return sorted(found, key=lambda i: (i.created, i.id), reverse=True)
 
@@ -292,7 +280,7 @@ class DockerEngine:
         return True
 
     @_needs_daemon
-    def pull(self, reference: str) -> ImageInfo:
+    def pull(self, reference: str) -> types.ImageInfo:
         """Pull from a registry; a site without one is told to load a tar instead."""
         try:
             with self._streaming_client() as api:
@@ -305,7 +293,7 @@ class DockerEngine:
             raise HostEnvironmentError(msg) from None
         return self._must_inspect(reference)
 
-    def _must_inspect(self, reference: str) -> ImageInfo:
+    def _must_inspect(self, reference: str) -> types.ImageInfo:
         info = self.image_info(reference)
         if info is None:
             msg = f"image {reference} vanished from the daemon right after it was created"
@@ -316,8 +304,8 @@ class DockerEngine:
 
     @_needs_daemon
     def build(
-        self, request: BuildRequest, *, on_line: Callable[[str], None] = _ignore
-    ) -> BuildResult:
+        self, request: types.BuildRequest, *, on_line: Callable[[str], None] = _ignore
+    ) -> types.BuildResult:
         """Build, streaming each output line to ``on_line`` and to ``request.log_path``."""
         request.log_path.parent.mkdir(parents=True, exist_ok=True)
         with request.log_path.open("w", encoding="utf-8") as log:
@@ -340,7 +328,7 @@ class DockerEngine:
             raise build_failure(tally, request.log_path)
         for reference in request.tags:
             self.tag(tally.image_id, reference)
-        return BuildResult(
+        return types.BuildResult(
             image_id=tally.image_id,
             tags=request.tags,
             log_path=request.log_path,
@@ -348,19 +336,21 @@ class DockerEngine:
             cached_steps=tally.cached_steps,
         )
 
-    def _buildkit(self, request: BuildRequest, emit: Callable[[list[str]], None]) -> BuildResult:
+    def _buildkit(
+        self, request: types.BuildRequest, emit: Callable[[list[str]], None]
+    ) -> types.BuildResult:
         outcome = run_buildx(request, docker_host=self.url, emit=lambda line: emit([line]),
                              load=lambda chunks: self.load(chunks).image_ids)
         for reference in request.tags:
             self.tag(outcome.image_id, reference)
-        return BuildResult(
+        return types.BuildResult(
             image_id=outcome.image_id, tags=request.tags, log_path=request.log_path,
             steps=len(outcome.tally.steps), cached_steps=outcome.tally.cached_steps,
             builder="buildkit", native_timestamps=request.rewrite_timestamps,
         )
 
     def _stream_build(
-        self, request: BuildRequest, emit: Callable[[list[str]], None]
+        self, request: types.BuildRequest, emit: Callable[[list[str]], None]
     ) -> BuildTally:
         tally = BuildTally()
         try:
@@ -388,7 +378,7 @@ class DockerEngine:
     # containers -----------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def container(self, request: RunRequest) -> Iterator[RunningContainer]:
+    def container(self, request: types.RunRequest) -> Iterator[RunningContainer]:
         """A started container, force-removed when the block ends, Ctrl-C included."""
         name = container_name()
         try:
@@ -400,7 +390,7 @@ class DockerEngine:
                 self._api.remove_container(name, force=True, v=True)
 
     @_needs_daemon
-    def _start(self, request: RunRequest, name: str) -> RunningContainer:
+    def _start(self, request: types.RunRequest, name: str) -> RunningContainer:
         try:
             host_config = self._api.create_host_config(**host_config_kwargs(request))
             created = self._api.create_container(
@@ -412,11 +402,11 @@ class DockerEngine:
             raise HostEnvironmentError(msg) from None
         return RunningContainer(api=self._api, container_id=str(created["Id"]), name=name)
 
-    def run_to_completion(self, request: RunRequest, *, timeout_s: int) -> RunResult:
+    def run_to_completion(self, request: types.RunRequest, *, timeout_s: int) -> types.RunResult:
         """Run a command to its end (or to ``timeout_s``) and collect its output."""
         with self.container(request) as running:
             code = running.wait(timeout_s)
-            return RunResult(
+            return types.RunResult(
                 exit_code=-1 if code is None else code,
                 timed_out=code is None,
                 logs=running.logs(),
@@ -426,7 +416,7 @@ class DockerEngine:
 
     # save / load -------------------------------------------------------------
 
-    def save(self, request: SaveRequest) -> Iterator[bytes]:
+    def save(self, request: types.SaveRequest) -> Iterator[bytes]:
         """The bytes of one ``docker save`` archive holding every requested image."""
         with self._streaming_client() as api:
             # The SDK's get_image takes one name; the API takes several, stored once.
@@ -442,7 +432,7 @@ class DockerEngine:
                 yield from response.iter_content(request.chunk_size)
 
     @_needs_daemon
-    def load(self, source: Path | IO[bytes] | Iterable[bytes]) -> LoadResult:
+    def load(self, source: Path | IO[bytes] | Iterable[bytes]) -> types.LoadResult:
         """``docker load`` from a file, a file object or an iterator of byte chunks."""
         with contextlib.ExitStack() as stack:
             data = stack.enter_context(source.open("rb")) if isinstance(source, Path) else source
@@ -453,7 +443,7 @@ class DockerEngine:
                 events = [{"error": _api_message(exc)}]
         references = _loaded_references(events)
         ids = tuple(self._must_inspect(r).id for r in references)
-        return LoadResult(references=references, image_ids=ids)
+        return types.LoadResult(references=references, image_ids=ids)
 
 
 
