@@ -216,7 +216,16 @@ def matrix_bundle(matrix_engine, matrix_build, tmp_path_factory) -> tuple[Path, 
     done = stackpin(copy, "bundle", "export", MATRIX_CELL, "-o", str(site), "--sign-key",
                     str(keys / "stackpin.key"), env=on(matrix_engine))
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    # Not a terminal: plain progress lines, each phase ending at 100 % of what it counted.
+    assert_progress_ends(done.stderr, "save", "compress")
     return site, keys / "stackpin.pub"
+
+
+def assert_progress_ends(stderr: str, *labels: str) -> None:
+    for label in labels:
+        (last,) = re.findall(rf"^{label}: (\d+)/(\d+) MiB \(100%\), .* in \d+ s$", stderr,
+                             re.MULTILINE)
+        assert last[0] == last[1] != "0", stderr
 
 
 def _id_after_load(engine: DockerEngine, image: dict[str, str]) -> str:
@@ -236,11 +245,13 @@ def test_bundle_export_verify_load_and_start(matrix_engine, matrix_build, matrix
 
     done = stackpin(copy, "bundle", "verify", str(site), "--pubkey", str(pubkey))
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert_progress_ends(done.stderr, "verify")
 
     _remove_tags(matrix_engine, image_id)
     done = stackpin(copy, "bundle", "load", str(site), "--pubkey", str(pubkey), "--json",
                     env=on(matrix_engine))
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert_progress_ends(done.stderr, "verify", "load")
     loaded_id = _id_after_load(matrix_engine, image)
     assert json.loads(done.stdout)["loaded"] == [loaded_id]
 

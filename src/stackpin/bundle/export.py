@@ -43,6 +43,7 @@ from stackpin.engine import Engine
 from stackpin.errors import BundleError, ValidationError
 from stackpin.lock import Lock, atomic_write
 from stackpin.matrix import RunFlags, Variant, cell_to_dict, visibility_environment
+from stackpin.meter import NO_METER, Meter
 from stackpin.primitives import (
     rfc3339,
     sha256_file,
@@ -384,7 +385,7 @@ def finish_bundle(request: ExportRequest, staging: Path, images: Sequence[Bundle
 
 
 def export(engine: Engine, request: ExportRequest, *,
-           on_line: LineSink = ignore_line) -> ExportResult:
+           on_line: LineSink = ignore_line, meter: Meter = NO_METER) -> ExportResult:
     """Write the bundle at ``request.out_dir`` (and ``<out_dir>.tar`` with ``archive``)."""
     out_dir = request.out_dir
     archive = out_dir.with_name(out_dir.name + ".tar") if request.archive else None
@@ -399,7 +400,7 @@ def export(engine: Engine, request: ExportRequest, *,
         names = sorted({t for i in images for t in i.tags})
         on_line(f"bundle: saving {len(images)} image(s) as one stream: {', '.join(names)}")
         stream, bundled = write_images(engine, names, staging / IMAGES,
-                                       threads=request.zstd_threads)
+                                       threads=request.zstd_threads, meter=meter)
         images = [replace(i, config_digest=bundled[i.id].config_digest,
                           manifest_digest=bundled[i.id].manifest_digest) for i in images]
         (staging / IMAGES).chmod(0o644)

@@ -25,6 +25,7 @@ from stackpin.bundle.format import IMAGES, LineSink, ignore_line
 from stackpin.bundle.verify import VerifyResult, open_stream, refuse, verify
 from stackpin.engine import Engine
 from stackpin.errors import BundleError
+from stackpin.meter import NO_METER, Meter, metered
 from stackpin.primitives import CHUNK, HashingReader
 
 MAX_WINDOW = 1 << 27  # zstd's own default limit (128 MiB); stackpin writes 2 MiB windows
@@ -61,6 +62,10 @@ class CheckedChunks:
         self._compressed = compressed_bytes
         self._limit = tar_bytes
         self.out_bytes = 0
+
+    @property
+    def tar_bytes(self) -> int:
+        return self._limit
 
     def __iter__(self) -> Iterator[bytes]:
         decompressor = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
@@ -111,9 +116,13 @@ def id_after_load(engine: Engine, image: dict[str, object]) -> str:
 
 
 def load(engine: Engine, source: Path, *, site: trust.Trust,
-         on_line: LineSink = ignore_line) -> LoadReport:
-    """Verify everything, then stream the images into the daemon and check their IDs."""
-    verified = verify(source, site=site)
+         on_line: LineSink = ignore_line, meter: Meter = NO_METER) -> LoadReport:
+    """Verify everything, then stream the images into the daemon and check their IDs.
+
+    ``meter`` counts the verification ("verify") and then the uncompressed stream the
+    daemon reads ("load", whose total the signed manifest declares).
+    """
+    verified = verify(source, site=site, meter=meter)
     manifest = verified.manifest
     entry = next(e for e in manifest["files"] if e["path"] == IMAGES)
     on_line(f"bundle: verified {verified.files} files (signature {verified.signature}); "
@@ -125,11 +134,13 @@ def load(engine: Engine, source: Path, *, site: trust.Trust,
         chunks = CheckedChunks(source, handle, expected_sha256=str(entry["sha256"]),
                                compressed_bytes=int(entry["size"]),
                                tar_bytes=int(manifest["images_archive"]["tar_bytes"]))
+        meter.start("load", chunks.tar_bytes)
         try:
-            engine.load(iter(chunks))
+            engine.load(metered(chunks, meter))
         except BundleError:
             _take_back(engine, new)
             raise
+    meter.finish()
     try:
         chunks.confirm()
     except BundleError:

@@ -17,6 +17,7 @@ import zstandard
 from stackpin.bundle.format import ZSTD_LEVEL, StreamStats
 from stackpin.engine import Engine, SaveRequest, chunk_stream
 from stackpin.engine.save_format import LayoutImage, read_save, write_layout
+from stackpin.meter import NO_METER, Meter, metered
 from stackpin.primitives import HashingWriter
 
 
@@ -62,8 +63,8 @@ class BundledImage:
     manifest_digest: str  # its ID once loaded into a containerd image store
 
 
-def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: int
-                 ) -> tuple[StreamStats, dict[str, BundledImage]]:
+def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: int,
+                 meter: Meter = NO_METER) -> tuple[StreamStats, dict[str, BundledImage]]:
     """Save ``names`` as one stream and write it, rewritten, compressed and hashed, to ``path``.
 
     The engine's stream (either layout; gzip layers from a containerd store) is read once,
@@ -71,6 +72,8 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
     images, configs unchanged, is written in a fixed order (save_format.write_layout), so
     zstd sees raw tar whatever the store and the bundle loads into either store under IDs
     known now. Returns the stream's figures and each image's IDs by its source ID.
+    ``meter`` counts the save stream ("save": the images' sizes are its estimated total)
+    and then the layout written ("compress").
     """
     version = engine.version()
     with tempfile.TemporaryDirectory(prefix=".layers-", dir=path.parent) as spool:
@@ -82,8 +85,10 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
                 shutil.copyfileobj(data, out, 1 << 20)
             return layer
 
-        saved = read_save(chunk_stream(engine.save(SaveRequest(images=tuple(sorted(names))))),
-                          keep)
+        meter.start("save", sum(_size(engine, name) for name in names))
+        saved = read_save(chunk_stream(metered(
+            engine.save(SaveRequest(images=tuple(sorted(names)))), meter)), keep)
+        meter.finish()
         entries = sorted(saved.entries, key=lambda e: e.config_digest)
         layout = write_layout([LayoutImage(
             config=entry.config_bytes,
@@ -97,9 +102,17 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
         }
         with path.open("wb") as out:
             sink = CompressingSink(out, threads=threads)
-            for chunk in layout.chunks:
+            meter.start("compress", sum(path.stat().st_size
+                                        for path in Path(spool).iterdir()))
+            for chunk in metered(layout.chunks, meter):
                 sink.write(chunk)
             stats = sink.finish()
+            meter.finish()
             out.flush()
             os.fsync(out.fileno())
     return stats, {k: replace(v, source_id=k) for k, v in bundled.items()}
+
+
+def _size(engine: Engine, name: str) -> int:
+    info = engine.image_info(name)
+    return info.size if info else 0

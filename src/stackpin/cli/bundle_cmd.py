@@ -23,6 +23,7 @@ from stackpin.cli.common import (
     project_layout,
     variant_option,
 )
+from stackpin.cli.progress import ByteProgress
 from stackpin.engine.docker_api import DockerEngine
 from stackpin.target import Layout, resolve_many
 from stackpin.untrusted import shown
@@ -96,7 +97,8 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
 
     Every image goes into ONE docker save stream, compressed with zstd and hashed on the
     way to disk. The export refuses images or files carrying secrets. Killing it leaves
-    nothing at OUT.
+    nothing at OUT. Byte progress goes to stderr (a bar on a terminal, a line every 10 s
+    otherwise), as for verify and load.
     """
     layout = project_layout()
     request = bundle_format.ExportRequest(
@@ -108,7 +110,7 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
     started = time.monotonic()
     try:
         with DockerEngine.connect() as engine:
-            result = exporting.export(engine, request, on_line=_echo)
+            result = exporting.export(engine, request, on_line=_echo, meter=ByteProgress())
     finally:
         signal.signal(signal.SIGTERM, previous)
     seconds = round(time.monotonic() - started, 2)
@@ -169,7 +171,7 @@ def verify(source: Path, pubkey: Path | None, insecure_unsigned: bool, as_json: 
     --insecure-unsigned.
     """
     site = _site(pubkey, insecure_unsigned)
-    result = verifying.verify(source, site=site)
+    result = verifying.verify(source, site=site, meter=ByteProgress())
     if as_json:
         echo_json({"ok": True, "insecure": site.insecure, **result.to_json()})
         return
@@ -185,7 +187,7 @@ def load(source: Path, pubkey: Path | None, insecure_unsigned: bool, as_json: bo
     """Verify the bundle completely, then load its images and confirm their IDs."""
     site = _site(pubkey, insecure_unsigned)
     with DockerEngine.connect() as engine:
-        report = loading.load(engine, source, site=site,
+        report = loading.load(engine, source, site=site, meter=ByteProgress(),
                               on_line=lambda line: _say(site, line, err=True))
     if as_json:
         echo_json({"ok": True, "insecure": site.insecure, **report.verified.to_json(),

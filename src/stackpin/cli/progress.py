@@ -1,10 +1,13 @@
-"""Progress for long work: one status line rewritten in place on a terminal, plain lines in CI."""
+"""Progress for long work: one status line rewritten in place on a terminal, plain lines in CI;
+byte progress (bars, or periodic lines) for save, export, load and verify."""
 
 from __future__ import annotations
 
 import re
 import sys
-from typing import TextIO
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
 
 import click
 
@@ -46,3 +49,96 @@ class StepProgress:
         if self.tty and self._width:
             click.echo("\r" + " " * self._width + "\r", nl=False, file=self.stream)
             self._width = 0
+
+
+MIB = 1 << 20
+BAR_REDRAW_S = 0.2
+
+
+class ByteProgress:
+    """A ``stackpin.meter.Meter`` for people: click's progress bar on a terminal (done/total,
+    rate, percent, ETA), and in CI or a pipe one plain line at the start, one every
+    ``interval_s`` seconds and one at the end, each with done/total, rate and ETA.
+
+    A phase shows nothing until it is known to reach ``min_bytes`` (its total or what it
+    counted): small bundles finish before anyone looks, and a refused one keeps its error
+    to one line.
+    """
+
+    def __init__(self, *, stream: TextIO | None = None, tty: bool | None = None,
+                 interval_s: float = 10.0, min_bytes: int = 16 * MIB,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.interval_s = interval_s
+        self.min_bytes = min_bytes
+        self._clock = clock
+        self._bar: Any = None  # click's ProgressBar (its item type is the shown text)
+        self._label, self._total, self._done, self._pending = "", 0, 0, 0
+        self._started = self._shown = 0.0
+        self._visible = False
+
+    def start(self, label: str, total: int) -> None:
+        self._label, self._total, self._done, self._pending = label, max(total, 0), 0, 0
+        self._started = self._shown = self._clock()
+        self._visible = False
+        self._show_if_big()
+
+    def advance(self, count: int) -> None:
+        self._done += count
+        self._pending += count
+        if self._done > self._total:  # an estimated total was low: it grows
+            self._total = self._done
+        if not self._visible:
+            self._show_if_big()
+            return
+        now = self._clock()
+        # Redrawn at most 5 times a second on a terminal: a 10 KiB read must not draw.
+        if now - self._shown < (BAR_REDRAW_S if self._bar is not None else self.interval_s):
+            return
+        self._shown = now
+        if self._bar is not None:
+            self._bar.length = max(self._total, 1)
+            self._bar.update(self._pending, self._figures(now))
+        else:
+            click.echo(f"{self._label}: {self._figures(now)}", file=self.stream)
+        self._pending = 0
+
+    def finish(self) -> None:
+        self._total = self._done  # what was really counted is the total
+        if not self._visible:
+            return
+        elapsed = self._clock() - self._started
+        if self._bar is not None:
+            self._bar.length = max(self._total, 1)
+            self._bar.pos = self._done
+            self._bar.current_item = self._figures()
+            self._bar.render_progress()  # the last frame: 100 % of what was counted
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+        else:
+            click.echo(f"{self._label}: {self._figures()} in {elapsed:.0f} s", file=self.stream)
+
+    def _show_if_big(self) -> None:
+        if max(self._total, self._done) < self.min_bytes:
+            return
+        self._visible = True
+        if self.tty:
+            self._bar = click.progressbar(
+                length=max(self._total, 1), label=self._label, file=self.stream,
+                show_eta=True, show_percent=True, item_show_func=lambda text: text)
+            self._bar.__enter__()
+            self._bar.update(self._done, self._figures())
+            self._pending = 0
+        else:
+            click.echo(f"{self._label}: {self._figures()}", file=self.stream)
+
+    def _figures(self, now: float | None = None) -> str:
+        elapsed = (self._clock() if now is None else now) - self._started
+        rate = self._done / elapsed if elapsed > 0 else 0.0
+        percent = 100 * self._done / self._total if self._total else 0.0
+        text = (f"{self._done / MIB:.0f}/{self._total / MIB:.0f} MiB ({percent:.0f}%), "
+                f"{rate / MIB:.1f} MiB/s")
+        if rate > 0 and self._done < self._total:
+            text += f", ETA {(self._total - self._done) / rate:.0f} s"
+        return text

@@ -1,0 +1,159 @@
+"""Byte progress: what the meters count (every byte, to the real total) and how it is shown
+(click's bar on a terminal, plain periodic lines otherwise)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import zstandard
+from test_bundle_fakes import engine_with_cpu, export_cpu, site_trusting
+
+from stackpin.bundle import load as loading
+from stackpin.bundle import stream as streaming
+from stackpin.bundle import verify as verifying
+from stackpin.cli.progress import MIB, ByteProgress
+from stackpin.engine import SaveRequest
+
+
+class Recorder:
+    """A meter that keeps every call: phases with their total and what was counted."""
+
+    def __init__(self) -> None:
+        self.phases: list[list[object]] = []  # [label, total, counted, finished]
+
+    def start(self, label: str, total: int) -> None:
+        self.phases.append([label, total, 0, False])
+
+    def advance(self, count: int) -> None:
+        assert not self.phases[-1][3], "advance after finish"
+        self.phases[-1][2] += count  # type: ignore[operator]
+
+    def finish(self) -> None:
+        self.phases[-1][3] = True
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+# --- what is counted ------------------------------------------------------------------
+
+
+def test_export_counts_the_whole_save_stream_and_the_whole_layout(tmp_path, shipped_cells):
+    engine = engine_with_cpu(shipped_cells)
+    names = [engine.list_images("io.stackpin.cell")[0].tags[0]]
+    saved = sum(len(chunk) for chunk in engine.save(SaveRequest(images=tuple(names))))
+    meter = Recorder()
+    stats, _ = streaming.write_images(engine, names, tmp_path / "images.tar.zst", threads=1,
+                                      meter=meter)
+    (save, compress) = meter.phases
+    assert save[0] == "save" and save[2] == saved and save[3]
+    assert save[1] == engine.image_info(names[0]).size  # the estimate: the image's size
+    assert compress[0] == "compress" and compress[2] == stats.tar_bytes and compress[3]
+
+
+def test_verify_counts_every_byte_of_a_folder_and_of_an_archive(tmp_path, shipped_cells):
+    result, public = export_cpu(tmp_path, shipped_cells, archive=True)
+    for source, expected in ((result.out_dir, None), (result.archive, result.archive)):
+        meter = Recorder()
+        verified = verifying.verify(source, site=site_trusting(public), meter=meter)
+        ((label, total, counted, finished),) = meter.phases
+        size = expected.stat().st_size if expected else verified.bytes
+        assert (label, total, counted, finished) == ("verify", size, size, True)
+
+
+def test_load_counts_the_verification_then_every_byte_the_engine_reads(tmp_path,
+                                                                      shipped_cells):
+    result, public = export_cpu(tmp_path, shipped_cells, archive=False)
+    engine = engine_with_cpu(shipped_cells)
+    meter = Recorder()
+    loading.load(engine, result.out_dir, site=site_trusting(public), meter=meter)
+    (verify, load) = meter.phases
+    assert verify[0] == "verify" and verify[3]
+    (loaded,) = engine.loaded
+    assert load == ["load", len(loaded), len(loaded), True]
+    compressed = (result.out_dir / "images.tar.zst").read_bytes()
+    assert len(loaded) == len(zstandard.ZstdDecompressor().decompressobj().decompress(compressed))
+
+
+# --- how it is shown ------------------------------------------------------------------------
+
+
+def test_plain_lines_at_start_every_interval_and_at_the_end_with_the_real_total():
+    out, clock = io.StringIO(), Clock()
+    progress = ByteProgress(stream=out, tty=False, interval_s=10, clock=clock)
+    progress.start("save", 100 * MIB)  # an estimate, lower than what comes
+    for _ in range(12):
+        clock.now += 2
+        progress.advance(10 * MIB)
+    progress.finish()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "save: 0/100 MiB (0%), 0.0 MiB/s"
+    assert lines[1] == "save: 50/100 MiB (50%), 5.0 MiB/s, ETA 10 s"  # after 10 s
+    assert lines[2] == "save: 100/100 MiB (100%), 5.0 MiB/s"  # after 20 s
+    assert lines[-1] == "save: 120/120 MiB (100%), 5.0 MiB/s in 24 s"  # the total grew
+    assert len(lines) == 4
+
+
+def test_an_estimate_above_what_came_ends_at_100_percent_of_what_came():
+    out, clock = io.StringIO(), Clock()
+    progress = ByteProgress(stream=out, tty=False, clock=clock)
+    progress.start("save", 500 * MIB)
+    clock.now += 4
+    progress.advance(200 * MIB)
+    progress.finish()
+    assert out.getvalue().splitlines()[-1] == "save: 200/200 MiB (100%), 50.0 MiB/s in 4 s"
+
+
+def test_a_terminal_gets_clicks_bar_with_done_total_rate_percent_and_eta():
+    out, clock = Terminal(), Clock()
+    progress = ByteProgress(stream=out, interval_s=10, clock=clock)
+    assert progress.tty
+    progress.start("verify", 400 * MIB)
+    for _ in range(3):
+        clock.now += 1
+        progress.advance(100 * MIB)
+    progress.finish()
+    drawn = out.getvalue()
+    assert "verify" in drawn and "#" in drawn
+    assert "300/400 MiB (75%), 100.0 MiB/s, ETA 1 s" in drawn
+    assert re.search(r"\]\s+75%\s", drawn)  # click's own bar and percent
+    last = drawn.rsplit("\r", 1)[-1]  # the last frame drawn: 100 % of what was counted
+    assert re.search(r"\]\s+100%\s.*300/300 MiB \(100%\), 100.0 MiB/s", last)
+    assert "in 3 s" not in drawn  # no plain lines on a terminal
+
+
+def test_a_terminal_is_not_redrawn_for_every_small_read():
+    out, clock = Terminal(), Clock()
+    progress = ByteProgress(stream=out, clock=clock)
+    progress.start("verify", 2000 * 10240)
+    for _ in range(2000):
+        progress.advance(10240)  # tarfile's reads: no time passes between them
+    drawn_before_finish = out.getvalue().count("\r")
+    progress.finish()
+    assert drawn_before_finish <= 2
+
+
+def test_a_small_phase_shows_nothing_and_one_that_grows_big_shows_from_then_on():
+    out, clock = io.StringIO(), Clock()
+    progress = ByteProgress(stream=out, tty=False, clock=clock)
+    progress.start("verify", 2 * MIB)  # a refused small bundle keeps its error to one line
+    progress.advance(2 * MIB)
+    progress.finish()
+    assert out.getvalue() == ""
+    progress.start("save", 1 * MIB)  # an estimate far too low
+    clock.now += 1
+    progress.advance(20 * MIB)
+    progress.finish()
+    assert out.getvalue().splitlines() == ["save: 20/20 MiB (100%), 20.0 MiB/s",
+                                           "save: 20/20 MiB (100%), 20.0 MiB/s in 1 s"]
