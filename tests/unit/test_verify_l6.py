@@ -257,3 +257,26 @@ def test_a_fault_only_in_decode_time_attention_fails_the_kv_cache_path(monkeypat
     assert result.reason.startswith(f"{golden.CASES} of {2 * golden.CASES} golden answers")
     assert "bf16/kv_cache" in result.reason
     assert "bf16/full" not in result.reason
+
+
+@pytest.mark.parametrize(
+    ("message", "status"),
+    [
+        ("\"rsqrt_cpu\" not implemented for 'Half'", "skip"),  # an older CPU torch's answer
+        ("CUDA error: no kernel image is available for execution on the device", "fail"),
+    ],
+)
+def test_cpu_dtype_is_unsupported_only_on_the_dispatchers_message(monkeypatch, message, status):
+    real = fixedlm.device_greedy
+
+    def half_breaks(model, prompt, steps, device, *, kv_cache):
+        if next(model.parameters()).dtype == torch.float16:
+            raise RuntimeError(message)
+        return real(model, prompt, steps, device, kv_cache=kv_cache)
+
+    monkeypatch.setattr(fixedlm, "device_greedy", half_breaks)
+    results = _run_l6()
+    assert results["L6.golden.fp16"].status == status
+    assert message in results["L6.golden.fp16"].reason
+    assert results["L6.golden.fp32"].status == "pass"
+    assert results["L6.golden.bf16"].status == "pass"

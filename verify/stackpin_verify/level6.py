@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from stackpin_verify import fixedlm, golden, level1
+from stackpin_verify import capability, fixedlm, golden
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import DTYPES, Context, tiny_work_threads
 
@@ -78,6 +78,13 @@ def generations(ctx: Context, dtype: str) -> list[Generation]:
     return found
 
 
+def dtype_unsupported(ctx: Context, dtype: str) -> str | None:
+    """capability.py decides. On CPU its probe is the generation itself: a torch that cannot
+    run this model in the dtype (the dispatcher's "not implemented for 'Half'", as older
+    CPU torches say for some ops) skips; any other exception fails."""
+    return capability.unsupported(dtype, ctx.device, functools.partial(generations, ctx, dtype))
+
+
 def step_errors(gen: Generation) -> list[float]:
     """Max |device - golden| logit at each step the device reached with the golden prefix
     (up to and including its first wrong token; later steps answer another question)."""
@@ -134,7 +141,7 @@ def judge_golden(found: Sequence[Generation]) -> str | None:
 
 def check_golden(ctx: Context, dtype: str, found: Sequence[Generation] | None = None) -> Metrics:
     if found is None:
-        unsupported = level1.dtype_unsupported(dtype, ctx.device)
+        unsupported = dtype_unsupported(ctx, dtype)
         if unsupported:
             raise Skip(unsupported)
         found = generations(ctx, dtype)
@@ -162,7 +169,7 @@ def all_generations(ctx: Context) -> list[Generation]:
     """Every dtype's answers that the golden checks produced (or that this host supports)."""
     found: list[Generation] = []
     for dtype in DTYPE_NAMES:
-        if level1.dtype_unsupported(dtype, ctx.device) is None:
+        if dtype_unsupported(ctx, dtype) is None:
             found.extend(generations(ctx, dtype))
     return found
 
