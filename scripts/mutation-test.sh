@@ -27,9 +27,12 @@ modules=(attention boundary capability checks golden level0 level1 level2 level3
 mkdir -p "$work"
 # -p keeps modification times: mutmut regenerates the mutants only of files that changed.
 cp -rp "$root/verify/stackpin_verify" "$work/"
-rm -rf "$work/tests"
+# The tests import stackpin too: a copy of src/, which mutmut puts first on sys.path, so a
+# checkout that changes during the run (a rebase) cannot break every mutant's tests at once.
+rm -rf "$work/tests" "$work/src"
 cp -rp "$root/tests" "$work/tests"
-find "$work/tests" -name __pycache__ -prune -exec rm -rf {} +
+cp -rp "$root/src" "$work/src"
+find "$work/tests" "$work/src" -name __pycache__ -prune -exec rm -rf {} +
 
 tests=()
 for path in "$root"/tests/unit/test_verify_*.py; do
@@ -55,6 +58,7 @@ done
 
 [tool.mutmut]
 source_paths = ["stackpin_verify"]
+also_copy = ["src"]
 only_mutate = [$(join "${only[@]}")]
 pytest_add_cli_args_test_selection = [$(join "${tests[@]}")]
 # mutmut learns which tests reach a function by tracing calls in its own process, so tests
