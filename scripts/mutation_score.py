@@ -113,13 +113,20 @@ def load(mutants: Path) -> dict[str, int | None]:
     return results
 
 
+def _percent(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f} %" if whole else "-"
+
+
 def score_line(label: str, counts: Counter[str]) -> str:
+    """The score counts every mutant not excluded (an unchecked one against it); "of
+    checked" only those a test run has judged, for a run stopped early."""
     total = sum(counts.values())
-    denominator = total - counts["excluded"]
-    percent = 100.0 * counts["killed"] / denominator if denominator else 100.0
+    unchecked = counts["unchecked"] + counts["other"]
+    score = _percent(counts["killed"], total - counts["excluded"])
+    checked = _percent(counts["killed"], counts["killed"] + counts["survived"])
     return (
         f"{label:<12} {total:>5} {counts['killed']:>6} {counts['survived']:>8} "
-        f"{counts['excluded']:>8} {counts['unchecked'] + counts['other']:>9} {percent:>7.1f} %"
+        f"{counts['excluded']:>8} {unchecked:>9} {score:>9} {checked:>10}"
     )
 
 
@@ -166,7 +173,7 @@ def main(argv: list[str]) -> int:
         if args.list == "all" or state in ("survived", "unchecked", "other"):
             listed.append(f"  {state:<9} {key} (exit {code})")
     header = f"{'module':<12} {'total':>5} {'killed':>6} {'survived':>8} {'excluded':>8} " \
-             f"{'unchecked':>9} {'score':>9}"
+             f"{'unchecked':>9} {'score':>9} {'of checked':>10}"
     print(header)
     total: Counter[str] = Counter()
     for module in sorted(per_module):

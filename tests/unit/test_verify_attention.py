@@ -435,3 +435,12 @@ def test_causal_mask_aligns_a_shorter_query_to_the_end_of_the_keys():
         scores = q[0, 0, row] @ k[0, 0, :visible].T / 2.0  # sqrt(head dim 4)
         want = torch.softmax(scores, dim=-1) @ v[0, 0, :visible]
         assert torch.allclose(got[0, 0, row], want, atol=1e-12)
+
+
+def test_gqa_is_recognised_by_head_counts_whatever_the_sequence_length():
+    """Heads are dim 1 of [B, H, S, D]: a GQA call whose sequence length equals the other
+    side's head count must still take the GQA path."""
+    for shape_q, shape_kv in (([1, 4, 2, 8], [1, 2, 2, 8]), ([1, 4, 4, 8], [1, 2, 4, 8])):
+        q, k, v = make_qkv(shape_q, shape_kv, dtype=torch.float64, device=torch.device("cpu"))
+        want = math_attention(q, k, v, causal=False)
+        assert torch.allclose(sdpa(q, k, v, causal=False), want, atol=1e-12)
