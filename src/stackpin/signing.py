@@ -115,6 +115,24 @@ def sign(data: bytes, key: Ed25519PrivateKey) -> bytes:
     return key.sign(data)
 
 
+@dataclass(frozen=True)
+class Signer:
+    """A private key read once (where the user named it): signs, and names the signer."""
+
+    key: Ed25519PrivateKey
+
+    @classmethod
+    def load(cls, path: Path) -> Signer:
+        return cls(load_private(path))
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.key.public_key())
+
+    def sign(self, data: bytes) -> bytes:
+        return sign(data, self.key)
+
+
 def verify(data: bytes, signature: bytes, public: Ed25519PublicKey, *, what: str) -> None:
     """Raise a one-line BundleError unless ``signature`` is the key's signature of ``data``."""
     if len(signature) != SIGNATURE_BYTES:

@@ -28,9 +28,9 @@ from test_bundle_fakes import (
 from tests.fake_engine import FakeEngine
 
 from stackpin import sbom, signing
-from stackpin.bundle import export as exporting
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import secrets as bundle_secrets
+from stackpin.bundle import siteconf
 from stackpin.bundle import stream as streaming
 from stackpin.bundle import verify as verifying
 from stackpin.engine import SaveRequest
@@ -263,18 +263,18 @@ def test_dtk_run_flags_reach_the_profile_as_docker_options(shipped_cells):
     dtk = next(c for c in shipped_cells.values() if c.platform == "dtk")
     flags = RunFlags(devices=("/dev/kfd", "/dev/dri", "/dev/mkfd"), group_add=("video",),
                      volumes=("/opt/hyhal:/opt/hyhal:ro",), shm_size="32g")
-    args = exporting.docker_run_args(bundle_format.run_flags_json(flags))
+    args = siteconf.docker_run_args(bundle_format.run_flags_json(flags))
     assert args == ["--device=/dev/kfd", "--device=/dev/dri", "--device=/dev/mkfd",
                     "--group-add=video", "--volume=/opt/hyhal:/opt/hyhal:ro", "--shm-size=32g"]
     image = bundle_format.BundleImage(
         cell=dtk.id, variant="enhanced", profile="enhanced", port=18887, platform="dtk",
         cpu_arch="x86_64", arch=("gfx928",), id="sha256:" + "1" * 64, tags=("s/x:enhanced-1",),
         labels={}, run=bundle_format.run_flags_json(flags), size=1)
-    conf = exporting.profile_conf(image)
+    conf = siteconf.profile_conf(image)
     assert "PROFILE_RUN_ARGS=(--device=/dev/kfd --device=/dev/dri --device=/dev/mkfd" in conf
     assert "PROFILE_PORT=18887\n" in conf
     stats = bundle_format.StreamStats(tar_bytes=10, bytes=5, sha256="0" * 64)
-    conf = exporting.bundle_conf([image], stats)
+    conf = siteconf.bundle_conf([image], stats)
     assert "BUNDLE_DEVICES=(/dev/dri /dev/kfd /dev/mkfd)\n" in conf
     assert "BUNDLE_HOST_PATHS=(/opt/hyhal)\n" in conf
     assert "BUNDLE_SHM_SIZES=(32g)\n" in conf
@@ -282,12 +282,12 @@ def test_dtk_run_flags_reach_the_profile_as_docker_options(shipped_cells):
 
 
 def test_shell_data_is_quoted(shipped_cells):
-    assert exporting.shell_assign("X", ["a b", "$(rm -rf /)"]) == "X=('a b' '$(rm -rf /)')\n"
+    assert siteconf.shell_assign("X", ["a b", "$(rm -rf /)"]) == "X=('a b' '$(rm -rf /)')\n"
 
 
 def test_created_is_the_newest_source_date_epoch(shipped_cells):
     selection = cpu_selection(shipped_cells)
-    assert bundle_format.created_epoch([selection]) == EPOCH
+    assert bundle_format.created_epoch([selection.cell]) == EPOCH
 
 
 def _stream_of(engine: FakeEngine, tmp_path: Path, name: str) -> tuple[bytes, dict]:

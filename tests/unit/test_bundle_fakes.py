@@ -142,7 +142,8 @@ def export_cpu(tmp_path: Path, cells: dict[str, Cell], *, name: str = "bundle",
         record_cpu_build(root, engine, selection)
     request = bundle_format.ExportRequest(
         selections=(selection,), out_dir=tmp_path / "out" / name, root=root,
-        sign_key=keys / "stackpin.key" if sign else None, **options,  # type: ignore[arg-type]
+        signer=signing.Signer.load(keys / "stackpin.key") if sign else None,
+        **options,  # type: ignore[arg-type]
     )
     return exporting.export(engine, request), public
 

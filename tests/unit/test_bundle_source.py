@@ -69,7 +69,7 @@ def _export(tmp_path: Path, shipped_cells, *, commits: tuple[str, ...] = (COMMIT
     signing.generate(tmp_path / "keys")
     request = bundle_format.ExportRequest(
         selections=(selection,), out_dir=tmp_path / "out" / "bundle", root=root,
-        with_wheels=True, sign_key=tmp_path / "keys" / "stackpin.key")
+        with_wheels=True, signer=signing.Signer.load(tmp_path / "keys" / "stackpin.key"))
     from stackpin.bundle import export as exporting
     return exporting.export(engine, request), engine, selection
 

@@ -25,8 +25,12 @@ level; zstd's multi-threaded format does not depend on the worker count (checked
 threads 1, 2, 4, 8 give identical frames). File order, modes and the archive's headers
 are fixed; the only time is ``created``, from the cells' SOURCE_DATE_EPOCH.
 
-The package, one job per module: ``format`` (file names, shared constants, records and
-the manifest; imports no other bundle module), ``export``, ``stream`` (the save -> tar ->
-zstd pipeline), ``verify``, ``load`` and ``secrets``. Import the module you need, e.g.
+The package, one job per module: ``format`` (file names, shared constants, records,
+entries and the manifest; imports no other bundle module), ``resolved`` (each image found
+once, with the build record and Dockerfile that made it), ``contents`` (every other file
+planned as data), ``siteconf`` (the site scripts' data files), ``source`` (what a
+``--with-wheels`` rebuild reads), ``models``, ``export`` (the pipeline and its one
+writer), ``stream`` (the save -> tar -> zstd pipeline), ``verify``, ``trust``, ``load``
+and ``secrets``. Import the module you need, e.g.
 ``from stackpin.bundle import verify`` then ``verify.verify(source)``.
 """

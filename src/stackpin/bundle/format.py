@@ -19,6 +19,7 @@ from stackpin.lock import Lock
 from stackpin.matrix import VARIANTS, Cell, RunFlags, Variant
 from stackpin.primitives import rfc3339
 from stackpin.servicespec import Service
+from stackpin.signing import Signer
 
 FORMAT = "stackpin-bundle"
 FORMAT_VERSION = 1
@@ -64,7 +65,7 @@ class ExportRequest:
     out_dir: Path
     root: Path  # the project: templates/, bundle/, build/reports/, wheels/
     archive: bool = False
-    sign_key: Path | None = None
+    signer: Signer | None = None  # the key read where the user named it (the CLI)
     with_wheels: bool = False
     with_models: bool = False  # ship root/models/ (licence-declaring model folders)
     force: bool = False
@@ -108,6 +109,17 @@ class BundleImage:
         data["labels"] = dict(sorted(self.labels.items()))
         data["sbom"] = f"sbom/{self.name}.cdx.json"
         return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class Entry:
+    """One file of the bundle: its bytes, or the file it is copied from (and, for a
+    locked wheel, the sha256 the copy must have)."""
+
+    path: str
+    data: bytes | None = None
+    source: Path | None = None
+    sha256: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,9 +167,9 @@ def run_flags_json(flags: RunFlags) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(flags).items()}
 
 
-def created_epoch(selections: Sequence[Selection]) -> int:
+def created_epoch(cells: Iterable[Cell]) -> int:
     """The bundle's only timestamp: the newest SOURCE_DATE_EPOCH of its cells."""
-    return max(s.cell.source_date_epoch for s in selections)
+    return max(cell.source_date_epoch for cell in cells)
 
 
 def sha256sums_text(entries: Iterable[FileEntry]) -> str:
@@ -181,7 +193,7 @@ def build_manifest(
     if SUMS not in by_path or IMAGES not in by_path:
         msg = f"internal: the manifest needs {SUMS} and {IMAGES} among the files"
         raise BundleError(msg)
-    epoch = created_epoch(selections)
+    epoch = created_epoch(s.cell for s in selections)
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,

@@ -27,8 +27,8 @@ from typing import IO
 
 import zstandard
 
-from stackpin.bundle.format import BundleImage, ExportRequest, LineSink
-from stackpin.bundle.stream import write_images
+from stackpin.bundle.format import BundleImage, Entry, LineSink
+from stackpin.bundle.resolved import BuiltImage
 from stackpin.engine import Engine
 from stackpin.errors import BundleError, HostEnvironmentError
 from stackpin.matrix import Cell
@@ -70,33 +70,34 @@ def images_commit(images: Sequence[BundleImage]) -> str:
     return commits[0]
 
 
-def write_rebuild_inputs(engine: Engine, request: ExportRequest, staging: Path,
-                         images: Sequence[BundleImage], *, on_line: LineSink) -> None:
-    """Everything but the wheels (copied with the locks) that an offline rebuild reads."""
-    layout, site = Layout(request.root), Layout(staging)
-    for matrix in layout.matrix_files():
-        _copy_file(matrix, staging / matrix.relative_to(layout.root))
-    cells = {s.cell.id: s.cell for s in request.selections}
-    for selection in request.selections:  # the lock the images were built from
-        lock_path = staging / "pinning" / "locks" / f"{selection.cell.id}.lock"
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        lock_path.write_text(selection.lock.text(), encoding="utf-8")
-    shutil.copytree(layout.templates, site.templates, ignore=_SKIP)
-    shutil.copytree(layout.root / "verify", site.root / "verify", ignore=_SKIP)
-    (staging / SOURCE_COMMIT).write_text(images_commit(images) + "\n", encoding="utf-8")
-    for cell in cells.values():
-        reference = base_reference(cell)
-        on_line(f"bundle: saving the base {reference} of {cell.id} for offline rebuilds")
-        target = base_archive(staging, cell.id)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_images(engine, [reference], target, threads=request.zstd_threads)
-        target.chmod(0o644)
+def rebuild_files(layout: Layout, built: Sequence[BuiltImage]) -> list[Entry]:
+    """Everything an offline rebuild reads but the wheels (planned with the locks) and
+    the bases (see base_streams): the matrices, the locks the images were built from,
+    templates/, verify/ and the images' commit."""
+    entries = [Entry(path=m.relative_to(layout.root).as_posix(), source=m)
+               for m in layout.matrix_files()]
+    locks = {item.selection.cell.id: item.selection.lock for item in built}
+    entries += [Entry(path=f"pinning/locks/{cell_id}.lock", data=lock.text().encode())
+                for cell_id, lock in locks.items()]
+    entries += _tree(layout.templates, "templates") + _tree(layout.root / "verify", "verify")
+    commit = images_commit([item.image for item in built])
+    return [*entries, Entry(path=SOURCE_COMMIT, data=f"{commit}\n".encode())]
 
 
-def _copy_file(source: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
-    target.chmod(0o644)
+def base_streams(built: Sequence[BuiltImage]) -> dict[str, str]:
+    """base/<cell>.tar.zst to the base that built the cell's images (their build record)."""
+    return {f"{BASES}/{item.image.cell}.tar.zst": item.record.base_reference for item in built}
+
+
+def _tree(folder: Path, prefix: str) -> list[Entry]:
+    """Every file under ``folder`` but caches and hidden ones, as entries under ``prefix``."""
+    entries = []
+    for path in sorted(folder.iterdir()):
+        if _SKIP(str(folder), [path.name]):
+            continue
+        rel = f"{prefix}/{path.name}"
+        entries += _tree(path, rel) if path.is_dir() else [Entry(path=rel, source=path)]
+    return entries
 
 
 def load_bundled_base(engine: Engine, cell: Cell, root: Path, *, on_line: LineSink) -> None:

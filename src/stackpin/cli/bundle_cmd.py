@@ -9,6 +9,7 @@ from types import FrameType
 
 import click
 
+from stackpin import signing
 from stackpin.bundle import export as exporting
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import load as loading
@@ -103,7 +104,8 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
     layout = project_layout()
     request = bundle_format.ExportRequest(
         selections=selections(cell_ids, variant, layout), out_dir=out_dir.absolute(),
-        root=layout.root, archive=archive, sign_key=sign_key, with_wheels=with_wheels,
+        root=layout.root, archive=archive, with_wheels=with_wheels,
+        signer=signing.Signer.load(sign_key) if sign_key else None,
         with_models=with_models, force=force,
     )
     previous = signal.signal(signal.SIGTERM, _interrupt_on_term)
