@@ -166,6 +166,24 @@ def test_the_buildkit_build_is_reproducible_as_its_engine_can(matrix_engine, mat
     assert max(mtimes) <= EPOCH < os.stat(str(record["log_path"])).st_mtime
 
 
+def test_images_reports_the_unpacked_size_on_every_store(matrix_engine, matrix_build):
+    # Before the bundle tests replace the image with its bundled twin (raw layers).
+    # The containerd store's own Size is the compressed content (gzip layers from BuildKit):
+    # `stackpin images` must report what the layers take unpacked, as on the classic store.
+    image_id = str(matrix_build["image_id"])
+
+    def count(data):  # type: ignore[no-untyped-def]
+        return sum(len(chunk) for chunk in iter(lambda: data.read(1 << 20), b""))
+
+    saved = read_save(chunk_stream(matrix_engine.save(SaveRequest(images=(image_id,)))), count)
+    layer_bytes = sum(layer.value for layer in saved.layers_of(saved.entry_for(image_id)))
+    done = stackpin(Path(str(matrix_build["checkout"])), "images", "--json",
+                    env=on(matrix_engine))
+    assert done.returncode == 0, done.stderr
+    (row,) = [r for r in json.loads(done.stdout) if r["id"] == image_id]
+    assert 0.9 * layer_bytes <= row["size"] <= 1.2 * layer_bytes, (row["size"], layer_bytes)
+
+
 def test_the_classic_builder_still_builds_on_every_engine(matrix_engine, matrix_base,
                                                           matrix_build, small_checkout,
                                                           tmp_path_factory):
@@ -302,19 +320,3 @@ def _remove_tags(engine: DockerEngine, image_id: str) -> None:
         engine.remove_image(image_id, force=True)
     assert engine.image_info(image_id) is None
 
-
-def test_images_reports_the_unpacked_size_on_every_store(matrix_engine, matrix_build):
-    # The containerd store's own Size is the compressed content (gzip layers from BuildKit):
-    # `stackpin images` must report what the layers take unpacked, as on the classic store.
-    image_id = str(matrix_build["image_id"])
-
-    def count(data):  # type: ignore[no-untyped-def]
-        return sum(len(chunk) for chunk in iter(lambda: data.read(1 << 20), b""))
-
-    saved = read_save(chunk_stream(matrix_engine.save(SaveRequest(images=(image_id,)))), count)
-    layer_bytes = sum(layer.value for layer in saved.layers_of(saved.entry_for(image_id)))
-    done = stackpin(Path(str(matrix_build["checkout"])), "images", "--json",
-                    env=on(matrix_engine))
-    assert done.returncode == 0, done.stderr
-    (row,) = [r for r in json.loads(done.stdout) if r["id"] == image_id]
-    assert 0.9 * layer_bytes <= row["size"] <= 1.2 * layer_bytes, (row["size"], layer_bytes)
