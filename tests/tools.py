@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import signal
 import subprocess
 from types import ModuleType
 from typing import NoReturn
@@ -51,3 +52,12 @@ def need_docker_plugin(plugin: str) -> str:
     if done.returncode != 0:
         missing(f"docker {plugin} is not installed")
     return docker
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child that must stop on Ctrl-C (SIGINT) as it does at a terminal.
+
+    A runner started as a background job of a non-interactive shell inherits SIGINT
+    ignored, and so would the child: Python then installs no KeyboardInterrupt handler.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

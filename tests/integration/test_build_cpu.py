@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import CPU_CELL, ROOT
+from tests.tools import default_sigint
 
 from stackpin.engine import RunRequest
 from stackpin.engine.docker_api import DockerEngine
@@ -136,10 +137,6 @@ def test_failing_step_gives_build_exit_code_step_and_log(project_copy: Path):
     assert "returned a non-zero code" in log.read_text()
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_during_build_leaves_no_container(project_copy: Path, docker_engine: DockerEngine):
     before = set(subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True,
                                 check=True).stdout.split())
@@ -148,9 +145,7 @@ def test_ctrl_c_during_build_leaves_no_container(project_copy: Path, docker_engi
     proc = subprocess.Popen(
         [sys.executable, "-m", "stackpin.cli.main", "build", "--no-cache", "-v"],
         cwd=project_copy, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        # Ctrl-C as a terminal delivers it, even when this runner inherited SIGINT ignored
-        # (a background job of a non-interactive shell): Python then installs no handler.
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,
     )
     assert proc.stdout is not None
     for line in proc.stdout:  # interrupt while a RUN step's container is alive

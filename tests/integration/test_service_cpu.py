@@ -27,6 +27,7 @@ from tests.integration.loopback import (
     outside_addresses,
     published_everywhere_answers,
 )
+from tests.tools import default_sigint
 
 sys.path.insert(0, str(ROOT / "verify"))
 from stackpin_verify.studio_api import Studio, StudioError
@@ -60,6 +61,7 @@ def served(cpu_image, tiny_models: Path, tmp_path_factory) -> Iterator[Served]:
     proc = subprocess.Popen(
         [*SERVE, "--port", str(port), "--models", str(tiny_models), "--state", str(state)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=default_sigint,  # Ctrl-C must reach serve even from a background runner
     )
     assert proc.stdout is not None
     output: list[str] = []

@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import CPU_CELL, ROOT
 from tests.integration import studio_browser
 from tests.integration.loopback import free_port
-from tests.tools import need_module, need_tool
+from tests.tools import default_sigint, need_module, need_tool
 
 pytestmark = pytest.mark.docker
 
@@ -38,7 +38,8 @@ def studio(cpu_image, tiny_models: Path, tmp_path_factory) -> Iterator[tuple[str
     proc = subprocess.Popen(
         [sys.executable, "-m", "stackpin.cli.main", "serve", CPU_CELL, "--port", str(port),
          "--models", str(tiny_models), "--state", str(state)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=default_sigint)  # Ctrl-C must reach serve even from a background runner
     assert proc.stdout is not None
     lines: list[str] = []
     try:
@@ -51,6 +52,10 @@ def studio(cpu_image, tiny_models: Path, tmp_path_factory) -> Iterator[tuple[str
     finally:
         proc.send_signal(signal.SIGINT)  # serve stops and removes its container
         proc.wait(timeout=120)
+    assert proc.returncode == 130
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=io.stackpin.state={state.resolve()}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert left == []
 
 
 def test_first_login_password_change_and_a_chat_reply_in_chromium(studio, tmp_path):
