@@ -103,6 +103,9 @@ def walk(url: str, bootstrap_password: str, new_password: str, *, shots: Path,
         page = context.new_page()
 
         def shot(name: str) -> None:
+            # The app can fall back to its "Loading..." screen after a route change (seen
+            # under load right after sign-in): never photograph that instead of the page.
+            page.get_by_text("Loading...", exact=True).first.wait_for(state="hidden")
             path = shots / f"{name}.png"
             page.screenshot(path=str(path))
             taken.append(path)
