@@ -219,6 +219,19 @@ load_profile() {  # PROFILE
     check_run_args "$profile" "${PROFILE_RUN_ARGS[@]+"${PROFILE_RUN_ARGS[@]}"}"
 }
 
+profile_image() {  # EXIT_CODE: PROFILE_IMAGE := the loaded image as this engine names it
+    # A classic store names an image by its config digest, a containerd image store by its
+    # manifest digest: the profile carries both, and the one the engine knows is used.
+    local candidate
+    for candidate in "${PROFILE_IMAGE_IDS[@]}"; do
+        if docker image inspect "$candidate" >/dev/null 2>&1; then
+            PROFILE_IMAGE=$candidate
+            return 0
+        fi
+    done
+    die_with "$1" "image $PROFILE_IMAGE_TAG ($PROFILE_IMAGE_ID) is not loaded: run bin/load.sh first"
+}
+
 # Host paths a container may not mount without the site's explicit consent: the root,
 # system and credential folders, the Docker socket and state.
 SENSITIVE_HOST_PATHS=(/ /etc /root /home /boot /proc /sys /dev /run /var /var/run /var/lib

@@ -52,8 +52,7 @@ fi
 [ -d "$models" ] \
     || die_with 3 "models folder $models is missing: create it and put model folders (safetensors or GGUF) in it, or set STACKPIN_MODELS_DIR"
 
-docker image inspect "$PROFILE_IMAGE_ID" >/dev/null 2>&1 \
-    || die_with 8 "image $PROFILE_IMAGE_TAG ($PROFILE_IMAGE_ID) is not loaded: run bin/load.sh first"
+profile_image 8
 if status=$(docker container inspect --format '{{.State.Status}}' "$name" 2>/dev/null); then
     [ "$status" != running ] \
         || die_with 8 "profile $profile is already running (container $name): bin/stop.sh $profile first"
@@ -80,7 +79,7 @@ docker run --detach --init --name "$name" --restart no \
     --volume "$(cd "$state" && pwd -P):$PROFILE_STATE_DIR" \
     --volume "$(cd "$models" && pwd -P):$PROFILE_MODELS_DIR:ro" \
     --env STACKPIN_PROFILE="$profile" --env HOME="$PROFILE_STATE_DIR/home" \
-    "${PROFILE_RUN_ARGS[@]}" "$PROFILE_IMAGE_ID" "${command[@]}" >/dev/null \
+    "${PROFILE_RUN_ARGS[@]}" "$PROFILE_IMAGE" "${command[@]}" >/dev/null \
     || die_with 8 "docker could not start profile $profile; its message is above"
 
 give_up() {  # CODE MESSAGE: show the service's last words, remove it unless --keep

@@ -24,8 +24,7 @@ reports=${STACKPIN_REPORT_DIR:-$BUNDLE.reports}
 status=0
 for profile in "${profiles[@]}"; do
     load_profile "$profile"
-    docker image inspect "$PROFILE_IMAGE_ID" >/dev/null 2>&1 \
-        || die "image $PROFILE_IMAGE_TAG is not loaded: run bin/load.sh first"
+    profile_image 1
     out="$reports/$profile"
     mkdir -p "$out"
     # Offline like the site; as the calling user so the reports are theirs. torchrun's
@@ -35,7 +34,7 @@ for profile in "${profiles[@]}"; do
         --hostname stackpin-verify --add-host stackpin-verify:127.0.0.1 \
         --user "$(id -u):$(id -g)" --env HOME=/tmp \
         --volume "$(cd "$out" && pwd -P):/var/lib/stackpin/report" \
-        "${PROFILE_RUN_ARGS[@]}" "$PROFILE_IMAGE_ID" \
+        "${PROFILE_RUN_ARGS[@]}" "$PROFILE_IMAGE" \
         python -m stackpin_verify --out-dir /var/lib/stackpin/report "$@"; then
         say PASS "verify: profile $profile passed; report $out/report.json"
     else

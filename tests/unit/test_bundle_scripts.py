@@ -39,7 +39,9 @@ SHIM = """#!/bin/bash
 printf '%s\\n' "$*" >> "$SHIM_LOG"
 case "$1 ${2:-}" in
     "load "*) cat > /dev/null; echo "Loaded image: stackpin/x:stable" ;;
-    "image inspect") exit "${SHIM_INSPECT_RC:-0}" ;;
+    "image inspect")  # SHIM_KNOWN_IMAGE: the one name the store knows (else: every name)
+        [ -z "${SHIM_KNOWN_IMAGE:-}" ] || [ "${!#}" = "$SHIM_KNOWN_IMAGE" ] || exit 1
+        exit "${SHIM_INSPECT_RC:-0}" ;;
     "version "*) echo 20.10.24 ;;
     "info "*) echo "${SHIM_ROOT_DIR:-/}" ;;
     "container inspect") exit 1 ;;
@@ -524,3 +526,32 @@ def test_stop_on_a_dcu_waits_until_hy_smi_lists_no_process(site, tmp_path):
     assert count.read_text().strip() == "3"  # asked until the card showed no process
     assert "hy-smi lists no process on the card" in done.stdout
     assert "stop --time 1 stackpin_site_stable" in _calls(log)
+
+
+@pytest.mark.parametrize("store", ["classic", "containerd"])
+def test_verify_and_start_run_the_image_by_the_name_its_store_knows(site, store):
+    out, _public, env, log = site
+    (image,) = json.loads((out / "manifest.json").read_bytes())["images"]
+    config, manifest = image["config_digest"], image["manifest_digest"]
+    assert config != manifest  # else this test could not tell the stores apart
+    known = config if store == "classic" else manifest
+    env = {**env, "SHIM_KNOWN_IMAGE": known}
+    # start.sh first: the shim's `run` leaves a fake service on the port for 30 s.
+    for script, args in (("start.sh", ("stable",)), ("verify.sh", ())):
+        log.write_text("")
+        done = _run(out, script, *args, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        (run,) = [call for call in _calls(log) if call.startswith("run ")]
+        assert f" {known} " in f"{run} ", (script, run)
+        other = manifest if known == config else config
+        assert f" {other} " not in f"{run} "  # (the bundle-image label may still name it)
+
+
+@pytest.mark.parametrize(("script", "args", "code"), [("verify.sh", (), 1),
+                                                      ("start.sh", ("stable",), 8)])
+def test_an_image_no_store_knows_is_not_loaded(site, script, args, code):
+    out, _public, env, log = site
+    done = _run(out, script, *args, env={**env, "SHIM_KNOWN_IMAGE": "sha256:" + "0" * 64})
+    assert done.returncode == code, done.stdout + done.stderr
+    assert "is not loaded: run bin/load.sh first" in done.stderr
+    assert not [call for call in _calls(log) if call.startswith("run ")]

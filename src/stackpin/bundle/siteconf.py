@@ -62,6 +62,8 @@ def profile_conf(image: BundleImage) -> str:
     text += shell_assign("PROFILE_VARIANT", image.variant)
     text += shell_assign("PROFILE_PLATFORM", image.platform)
     text += shell_assign("PROFILE_IMAGE_ID", image.id)
+    # Either names the image once loaded: config digest (classic), manifest digest (containerd).
+    text += shell_assign("PROFILE_IMAGE_IDS", list(image.load_ids))
     text += shell_assign("PROFILE_IMAGE_TAG", image.tags[0])
     text += shell_assign("PROFILE_PORT", image.port)
     env = [f"--env={k}={v}" for k, v in sorted(visibility_environment(
