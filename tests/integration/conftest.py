@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.conftest import stackpin_cli
 
 from stackpin.bootstrap import BootstrapRequest, bootstrap_image, bootstrap_request
 from stackpin.cache import cache_dir
@@ -121,3 +122,21 @@ def tiny_models(cpu_image: dict[str, object], docker_engine: DockerEngine,
     assert result.exit_code == 0, result.logs[-3000:]
     assert (folder / "tiny" / "config.json").is_file()
     return folder
+
+
+@pytest.fixture(scope="session")
+def signed_cpu_bundle(cpu_image: dict[str, object], cpu_project: Path,
+                      tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The CPU image exported once a session as a signed bundle: (bundle folder, public key).
+
+    Tests that load it elsewhere work in hard-linked copies (`cp -al`), so reports and
+    state written beside a bundle never leak between tests.
+    """
+    work = tmp_path_factory.mktemp("bundle")
+    done = stackpin_cli("keys", "generate", "-o", str(work / "keys"), cwd=cpu_project)
+    assert done.returncode == 0, done.stderr
+    done = stackpin_cli("bundle", "export", CPU_CELL, "-o", str(work / "site"),
+                        "--sign-key", str(work / "keys" / "stackpin.key"), "--json",
+                        cwd=cpu_project)
+    assert done.returncode == 0, done.stderr
+    return work / "site", work / "keys" / "stackpin.pub"

@@ -63,20 +63,9 @@ def _remove(engine: DockerEngine, image_id: str) -> None:
     assert engine.image_info(image_id) is None, f"{image_id} is still present (used elsewhere?)"
 
 
-@pytest.fixture(scope="module")
-def signed_bundle(cpu_image, cpu_project: Path, tmp_path_factory) -> tuple[Path, Path]:
-    work = tmp_path_factory.mktemp("bundle")
-    done = _stackpin("keys", "generate", "-o", str(work / "keys"))
-    assert done.returncode == 0, done.stderr
-    done = _stackpin("bundle", "export", CPU_CELL, "-o", str(work / "site"),
-                     "--sign-key", str(work / "keys" / "stackpin.key"), "--json", cwd=cpu_project)
-    assert done.returncode == 0, done.stderr
-    return work / "site", work / "keys" / "stackpin.pub"
-
-
-def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, tiny_models: Path,
+def test_round_trip_on_the_real_daemon(signed_cpu_bundle, cpu_image, tiny_models: Path,
                                       docker_engine: DockerEngine):
-    bundle, pubkey = signed_bundle
+    bundle, pubkey = signed_cpu_bundle
     manifest = json.loads((bundle / "manifest.json").read_bytes())
     (image,) = manifest["images"]
     assert image["id"] == cpu_image["image_id"]
@@ -155,9 +144,9 @@ def test_round_trip_on_the_real_daemon(signed_bundle, cpu_image, tiny_models: Pa
             _stackpin("bundle", "load", str(bundle), "--pubkey", str(pubkey))
 
 
-def test_one_flipped_byte_is_refused_with_nothing_loaded(signed_bundle, cpu_image,
+def test_one_flipped_byte_is_refused_with_nothing_loaded(signed_cpu_bundle, cpu_image,
                                                          docker_engine: DockerEngine, tmp_path):
-    good, pubkey = signed_bundle
+    good, pubkey = signed_cpu_bundle
     bundle = tmp_path / "tampered"
     shutil.copytree(good, bundle)
     path = bundle / "images.tar.zst"
@@ -185,9 +174,9 @@ def test_one_flipped_byte_is_refused_with_nothing_loaded(signed_bundle, cpu_imag
             assert done.returncode == 0, done.stderr
 
 
-def test_two_exports_of_the_same_images_are_byte_identical(signed_bundle, cpu_project: Path,
+def test_two_exports_of_the_same_images_are_byte_identical(signed_cpu_bundle, cpu_project: Path,
                                                            tmp_path):
-    first, _pubkey = signed_bundle
+    first, _pubkey = signed_cpu_bundle
     key = first.parent / "keys" / "stackpin.key"
     second = tmp_path / "site"
     done = _stackpin("bundle", "export", CPU_CELL, "-o", str(second), "--sign-key", str(key),
