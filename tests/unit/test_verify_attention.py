@@ -122,6 +122,14 @@ def test_inputs_are_the_same_for_the_same_seed_and_differ_between_q_k_v():
     assert not torch.equal(first[1], first[2])
 
 
+def test_inputs_and_the_causal_mask_live_on_the_device_asked_for():
+    # The meta device stands in for an accelerator: the default device (CPU) is not it.
+    meta = torch.device("meta")
+    q, k, v = make_qkv([1, 2, 4, 8], [1, 1, 4, 8], dtype=torch.float16, device=meta)
+    assert [t.device for t in (q, k, v)] == [meta] * 3
+    assert math_attention(q, k, v, causal=True).device == meta
+
+
 def _tiny_gqa() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return make_qkv([1, 4, 8, 4], [1, 2, 8, 4], dtype=torch.bfloat16, device=torch.device("cpu"))
 
@@ -154,6 +162,64 @@ def test_kernel_returning_the_wrong_shape_fails_naming_both_shapes():
     metrics, reason = compare_attention(lambda q, k, v: q[..., :3], reference, _tiny_gqa())
     assert reason == "output shape [1, 4, 8, 3] != expected [1, 4, 8, 4]"
     assert "errors" not in metrics
+
+
+def test_several_failures_are_joined_by_a_semicolon():
+    above = TensorError(kernel=3.0, pytorch=0.5, bound=1.0, factor=2.0)
+    assert judge_errors({"out": above, "dv": above}) == (
+        "out error 3 > 1 (2 x PyTorch's 0.5 + epsilon); dv error 3 > 1 (2 x PyTorch's 0.5 + epsilon)"
+    )
+
+
+def test_a_zero_bound_gives_an_infinite_ratio_not_a_division_by_zero():
+    zero = TensorError(kernel=0.0, pytorch=0.0, bound=0.0, factor=2.0)
+    assert attention._ratio(zero) == float("inf")
+
+
+def _grad_seen_by(inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The output gradient compare_attention feeds the kernel's backward."""
+    seen: list[torch.Tensor] = []
+
+    def kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out = sdpa(q, k, v, causal=False)
+        out.register_hook(lambda grad: seen.append(grad.clone()))
+        return out
+
+    compare_attention(kernel, functools.partial(math_attention, causal=False), inputs)
+    assert len(seen) == 1
+    return seen[0]
+
+
+@pytest.mark.parametrize(("dtype", "wide"), [(torch.float32, torch.float64),
+                                             (torch.bfloat16, torch.float32)])
+def test_output_gradient_is_seed_99_drawn_in_the_reference_dtype(dtype, wide):
+    # The reference runs one step wider than the inputs; its output gradient is drawn there
+    # (float64 for float32 inputs), so it is not a float32 draw widened.
+    inputs = make_qkv([1, 4, 8, 4], [1, 2, 8, 4], dtype=dtype, device=torch.device("cpu"))
+    gen = torch.Generator(device="cpu").manual_seed(99)
+    want = torch.randn([1, 4, 8, 4], generator=gen, dtype=wide).to(dtype)
+    assert torch.equal(_grad_seen_by(inputs), want)
+
+
+def test_callers_factor_bounds_the_output_and_grad_factor_the_gradients():
+    reference = functools.partial(math_attention, causal=True)
+    kernel = functools.partial(sdpa, causal=True)
+    metrics, _ = compare_attention(kernel, reference, _tiny_gqa(), factor=3.0, grad_factor=5.0)
+    assert (metrics["factor"], metrics["grad_factor"]) == (3.0, 5.0)
+    for name, err in metrics["errors"].items():
+        factor = 3.0 if name == "out" else 5.0
+        assert err["pytorch"] > 100 * attention.EPSILON  # a wrong factor shows in the slack
+        assert err["bound"] - factor * err["pytorch"] >= attention.EPSILON * 0.999
+        assert err["bound"] - factor * err["pytorch"] <= attention.EPSILON * 10
+
+
+def test_no_gradient_path_is_the_whole_reason_when_the_gradients_are_not_judged():
+    # grad_factor=inf waives the gradient bounds (inf <= inf): the missing graph is then the
+    # only thing wrong, and the reason says just that.
+    reference = functools.partial(math_attention, causal=False)
+    kernel = lambda q, k, v: sdpa(q, k, v, causal=False).detach()  # noqa: E731
+    _, reason = compare_attention(kernel, reference, _tiny_gqa(), grad_factor=float("inf"))
+    assert reason == "no gradient path: dq, dk, dv not computed"
 
 
 # --- SDPA on CPU: every honest case passes, every faulty one fails --------------------------

@@ -280,3 +280,59 @@ def test_cpu_dtype_is_unsupported_only_on_the_dispatchers_message(monkeypatch, m
     assert message in results["L6.golden.fp16"].reason
     assert results["L6.golden.fp32"].status == "pass"
     assert results["L6.golden.bf16"].status == "pass"
+
+
+# --- the judge's edges, word for word (each closes a mutant the suite let live) -------------
+
+
+def _exact(case: golden.Case) -> fixedlm.Decoded:
+    """The golden answer itself, its logits kept in float64."""
+    return fixedlm.Decoded(list(case.tokens),
+                           [torch.tensor(row, dtype=torch.float64) for row in case.logits])
+
+
+def test_golden_logits_are_read_in_float64():
+    # Built in float32 the golden row would carry its own rounding, and a device that
+    # reproduced the float64 reference exactly would show an error.
+    case = golden.load().cases[0]
+    errors = level6.step_errors(level6.Generation("fp32", "full", case, _exact(case)))
+    assert errors == [0.0] * golden.STEPS
+
+
+def test_an_error_exactly_at_the_tolerance_passes_and_just_above_fails():
+    case = golden.load().cases[0]
+    logits = [list(row) for row in case.logits]
+    smallest = min(range(len(logits[0])), key=lambda i: abs(logits[0][i]))
+    logits[0][smallest] = 0.0  # not the step's largest |logit|: the scale stays
+    edge = golden.Case(prompt=list(case.prompt), tokens=list(case.tokens), logits=logits)
+    tol = golden.relative_tolerance("fp32") * edge.scales[0]
+
+    def judged(error: float) -> str | None:
+        found = _exact(edge)
+        found.logits[0][smallest] = error
+        gen = level6.Generation("fp32", "full", edge, found)
+        assert level6.step_errors(gen)[0] == error  # exactly, not approximately
+        return level6.judge_generation(gen)
+
+    assert judged(tol) is None
+    reason = judged(math.nextafter(tol, math.inf))
+    assert reason is not None and reason.startswith(f"{level6.Generation('fp32', 'full', edge, _exact(edge)).label}: step 0 logits off by")
+
+
+def test_worst_ratio_of_no_steps_is_none():
+    assert level6.worst_ratio([]) is None
+
+
+def test_golden_reason_counts_all_and_quotes_the_first_three_word_for_word():
+    case = golden.load().cases[0]
+    short = fixedlm.Decoded(case.tokens[:-1], [torch.tensor(r) for r in case.logits[:-1]])
+    found = [level6.Generation(dtype, path, case, short)
+             for dtype in ("fp32", "bf16") for path in level6.PATHS]
+    reasons = [level6.judge_generation(g) for g in found]
+    prompt = fixedlm.text(case.prompt)
+    steps = f"{golden.STEPS - 1} steps, the golden answer has {golden.STEPS}"
+    assert reasons == [f"{label} prompt {prompt!r}: {steps}"
+                       for label in ("fp32/full", "fp32/kv_cache", "bf16/full", "bf16/kv_cache")]
+    assert level6.judge_golden(found) == (
+        f"4 of 4 golden answers differ: {reasons[0]}; {reasons[1]}; {reasons[2]}"
+    )
