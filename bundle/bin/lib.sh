@@ -219,17 +219,22 @@ load_profile() {  # PROFILE
     check_run_args "$profile" "${PROFILE_RUN_ARGS[@]+"${PROFILE_RUN_ARGS[@]}"}"
 }
 
-profile_image() {  # EXIT_CODE: PROFILE_IMAGE := the loaded image as this engine names it
-    # A classic store names an image by its config digest, a containerd image store by its
-    # manifest digest: the profile carries both, and the one the engine knows is used.
+# A classic store names an image by its config digest, a containerd image store by its
+# manifest digest: the bundle carries both, and the one the engine knows is used.
+known_image() {  # ID...: print the first ID this engine has an image for; 1 when none
     local candidate
-    for candidate in "${PROFILE_IMAGE_IDS[@]}"; do
-        if docker image inspect "$candidate" >/dev/null 2>&1; then
-            PROFILE_IMAGE=$candidate
+    for candidate in "$@"; do
+        if docker image inspect --format '{{.Id}}' "$candidate" >/dev/null 2>&1; then
+            printf '%s\n' "$candidate"
             return 0
         fi
     done
-    die_with "$1" "image $PROFILE_IMAGE_TAG ($PROFILE_IMAGE_ID) is not loaded: run bin/load.sh first"
+    return 1
+}
+
+profile_image() {  # EXIT_CODE: PROFILE_IMAGE := the loaded image as this engine names it
+    PROFILE_IMAGE=$(known_image "${PROFILE_IMAGE_IDS[@]}") \
+        || die_with "$1" "image $PROFILE_IMAGE_TAG ($PROFILE_IMAGE_ID) is not loaded: run bin/load.sh first"
 }
 
 # Host paths a container may not mount without the site's explicit consent: the root,

@@ -32,16 +32,12 @@ load_bundle_conf
 # zstd's window is capped (--memory), and no more than the signed size reaches Docker.
 zstd -dc --memory=128MB "$BUNDLE/images.tar.zst" | head -c "$BUNDLE_UNPACKED_BYTES" | docker load \
     | while IFS= read -r line; do say INFO "docker: $line"; done
-# An image is named by its config digest on a classic store (BUNDLE_IMAGE_IDS), by its
-# manifest digest on a containerd image store (BUNDLE_IMAGE_MANIFESTS).
+# Config digests (BUNDLE_IMAGE_IDS) and manifest digests (BUNDLE_IMAGE_MANIFESTS): lib.sh's
+# known_image says which of the two this engine's store names the image by.
 for i in "${!BUNDLE_IMAGE_IDS[@]}"; do
     image_id=${BUNDLE_IMAGE_IDS[$i]}
-    for candidate in "$image_id" "${BUNDLE_IMAGE_MANIFESTS[$i]:-$image_id}"; do
-        if docker image inspect --format '{{.Id}}' "$candidate" >/dev/null 2>&1; then
-            say PASS "loaded $candidate"
-            continue 2
-        fi
-    done
-    die "after docker load, image $image_id is absent: check 'docker images' and the daemon's log"
+    loaded=$(known_image "$image_id" "${BUNDLE_IMAGE_MANIFESTS[$i]:-$image_id}") \
+        || die "after docker load, image $image_id is absent: check 'docker images' and the daemon's log"
+    say PASS "loaded $loaded"
 done
 say PASS "load: ${#BUNDLE_IMAGE_IDS[@]} image(s) present; next: bin/verify.sh, bin/start.sh PROFILE (${BUNDLE_PROFILES[*]})"
