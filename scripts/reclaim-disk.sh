@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Give back the disk that earlier builds and test runs left behind, and say what is free.
+#
+# Every build of a new commit leaves the previous image of that tag dangling (its labels name
+# the commit), the test tier builds rebuilds, fault images and bundles, and the engine
+# matrix keeps BuildKit caches of whole cells. On a host that keeps its Docker state between
+# runs (a CI machine) that grows by gigabytes a run until a build stops on "no space left on
+# device". This removes only what stackpin owns:
+#   - on the default engine: dangling images carrying stackpin's labels (tagged images, their
+#     layer cache and everything else on the engine stay);
+#   - on the matrix engines of scripts/setup-engines.sh (their data-roots are stackpin's own):
+#     stopped containers, every image and the whole build cache;
+#   - pytest's temporary folders of earlier runs (bundles of 1-2 GB each).
+# Not while a build or test run is in progress: its intermediate images would be removed.
+#
+# Usage: scripts/reclaim-disk.sh [--need GIB] [--keep-test-temp]
+#   --need GIB        exit 8 when, after reclaiming, less than GIB GiB is free where Docker
+#                     keeps its data (the disk the builds fill).
+#   --keep-test-temp  leave pytest's folders (after a run: what its failed tests left).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'reclaim: %s\n' "$*"; }
+
+need_gib=0
+keep_test_temp=0
+while (($#)); do
+    case $1 in
+        --need) (($# > 1)) || { say "--need takes a whole number of GiB"; exit 2; }
+                need_gib=$2; shift 2 ;;
+        --keep-test-temp) keep_test_temp=1; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) say "unknown argument $1 (see --help)"; exit 2 ;;
+    esac
+done
+[[ $need_gib =~ ^[0-9]+$ ]] || { say "--need takes a whole number of GiB, not '$need_gib'"; exit 2; }
+
+data_root=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null) || {
+    say "no Docker daemon answers: start one (scripts/setup-host.sh) and rerun"; exit 8; }
+free_gib() { df -P -BG "$data_root" | awk 'NR==2 {sub("G","",$4); print $4}'; }
+before=$(free_gib)
+
+# Dangling only (no -a): the current tags and the layers they share stay warm.
+docker image prune -f --filter label=io.stackpin.bootstrap-digest >/dev/null
+
+while IFS='=' read -r name host; do
+    [ "$name" = docker20 ] && continue  # the default engine, handled above
+    if DOCKER_HOST=$host docker info >/dev/null 2>&1; then
+        DOCKER_HOST=$host docker system prune -af >/dev/null
+        DOCKER_HOST=$host docker builder prune -af >/dev/null 2>&1 || true  # classic: no cache
+    fi
+done < <(bash scripts/setup-engines.sh --print-hosts)
+
+tmp_root=${TMPDIR:-/tmp}/pytest-of-$(id -un)
+if ((!keep_test_temp)) && [ -d "$tmp_root" ]; then rm -rf "$tmp_root"; fi
+
+after=$(free_gib)
+say "$after GiB free on the disk of $data_root (was $before GiB)"
+if ((after < need_gib)); then
+    say "the build and test tiers need $need_gib GiB free there: remove other images" \
+        "(docker image ls) or files on that disk, then rerun"
+    exit 8
+fi
