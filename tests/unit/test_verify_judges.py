@@ -353,3 +353,71 @@ def test_degenerate_output_at_exactly_the_minimum_run():
     )
     assert level6.detect_degenerate("xaaaaay", [1, 2, 3, 4, 5, 6, 7]) is None
     assert level6.detect_degenerate("ab", [1, 2], min_run=1) == "character 'a' repeated 1 times"
+
+
+# --- the last gaps of the complete mutation run (docs/verification.md) ---------------------
+
+
+def test_bench_agreement_states_the_distance_from_one_below_it_too():
+    # 1.5 is 50 % from 1.0 and also from 2.0; 0.5 tells "ratio - 1.0" from any other origin.
+    assert level1.judge_bench_agreement(0.5, 1.0, tolerance=0.25) == (
+        0.5,
+        "suite throughput 0.5 TFLOP/s differs from triton do_bench 1 TFLOP/s by 50.0% "
+        "(limit 25%)",
+    )
+
+
+def test_an_accelerator_is_judged_by_its_architecture_and_the_dtype_asked(monkeypatch):
+    asked: list[torch.device] = []
+
+    def arch_of(device: torch.device) -> str:
+        asked.append(device)
+        return "sm_75"
+
+    def probe() -> object:
+        msg = "the CPU probe must not run for an accelerator"
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(capability, "device_arch", arch_of)
+    card = torch.device("cuda", 1)
+    assert capability.unsupported("bf16", card, probe) == (
+        "bf16 needs compute capability 8.0 or newer; this device is sm_75")
+    assert capability.unsupported("fp32", card, probe) is None
+    assert capability.unsupported("fp16", card, probe) is None
+    assert asked == [card, card, card]
+
+
+def test_hip_arch_is_the_gfx_name_without_its_feature_flags(monkeypatch):
+    class Props:
+        gcnArchName = "gfx928:sramecc+:xnack-"
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: Props())
+    monkeypatch.setattr(torch.version, "hip", "6.3.0", raising=False)
+    assert capability.device_arch(torch.device("cuda", 0)) == "gfx928"
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    assert capability.device_arch(torch.device("cuda", 0)) == "sm_90"
+    assert capability.device_arch(torch.device("cpu")) == "cpu"
+
+
+def test_a_failed_attention_comparison_keeps_the_numbers_it_measured():
+    from stackpin_verify import level3
+
+    case = level3.Case("sdpa", "fp32", "varlen", 128, 64, True)
+    with pytest.raises(CheckFailed) as failed:
+        level3._judged("sdpa", case, lambda: ({"max_abs_err": 0.5, "cases": 3}, "out of bound"))
+    assert failed.value.reason == "out of bound"
+    assert failed.value.metrics == {"max_abs_err": 0.5, "cases": 3}
+    assert level3._judged("sdpa", case, lambda: ({"max_abs_err": 0.0}, None)) == {
+        "max_abs_err": 0.0}
+
+
+def test_recall_reason_quotes_the_first_three_wrong_answers_word_for_word():
+    from stackpin_verify import level5
+
+    found = [level5.Recall(f"q{i}", f"a{i}", f"a{i}" if i == 2 else f"x{i}") for i in range(6)]
+    assert level5.judge_recall(found) == (
+        "5 of 6 memorised answers differ: 'q0' -> 'x0' (expected 'a0'); "
+        "'q1' -> 'x1' (expected 'a1'); 'q3' -> 'x3' (expected 'a3')"
+    )
+    assert level5.judge_recall(found[2:3]) is None
