@@ -115,6 +115,28 @@ def test_failure_before_any_step_says_so(tmp_path):
     assert "before the first step" in error.message
 
 
+# What Docker 20.10 printed when the CI host's disk filled during the stack install.
+DISK_FULL = ("Error processing tar file(exit status 1): write /opt/stackpin/venv/lib/python3.11/"
+             "site-packages/pyarrow/libarrow.so.2300: no space left on device")
+
+
+def test_a_full_disk_is_named_as_the_host_s_not_the_step_s(tmp_path):
+    step = "Step 8/24 : RUN /opt/stackpin/venv/bin/pip install --no-index"
+    error = build_failure(BuildTally(current_step=step, error=DISK_FULL), tmp_path / "x.log")
+
+    assert error.message == (
+        f"build failed at {step}: {DISK_FULL} (the Docker host's disk is full, not the step: "
+        f"see `docker system df`, remove images you no longer need, and rerun); "
+        f"full log: {tmp_path / 'x.log'}"
+    )
+    assert error.return_code == 5 and error.step == step
+
+
+def test_a_step_s_own_failure_gets_no_disk_hint(tmp_path):
+    error = build_failure(parse_build_stream(FAILING_STREAM), tmp_path / "x.log")
+    assert "disk is full" not in error.message
+
+
 def test_success_stream_counts_steps_cache_hits_and_image_id():
     tally = parse_build_stream(SUCCESS_STREAM)
 

@@ -221,3 +221,17 @@ def test_no_docker_cli_is_one_line_exit_8(tmp_path, monkeypatch):
                    load=Loads(()))
     assert "docker CLI not found" in caught.value.message and caught.value.return_code == 8
 
+
+
+def test_a_full_disk_under_buildkit_gets_the_same_way_out(tmp_path):
+    from stackpin.engine.buildx import buildkit_failure
+
+    tally = BuildkitTally(failed_step="[5/9] RUN pip install",
+                          error="failed to copy files: write /x: no space left on device")
+    error = buildkit_failure(tally, tmp_path / "b.log", 1)
+    assert error.message.startswith("build failed at [5/9] RUN pip install: failed to copy")
+    assert "the Docker host's disk is full, not the step" in error.message
+    assert error.step == "[5/9] RUN pip install"
+    nothing = buildkit_failure(BuildkitTally(), tmp_path / "b.log", 7)
+    assert nothing.message.startswith("build failed at before the first step (context or ")
+    assert "docker buildx exited 7" in nothing.message and "disk is full" not in nothing.message

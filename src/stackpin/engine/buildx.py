@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from stackpin.engine.docker_build import write_build_context
+from stackpin.engine.docker_build import failed_build, write_build_context
 from stackpin.engine.types import BuildRequest
 from stackpin.errors import BuildError, HostEnvironmentError
 from stackpin.primitives import CHUNK
@@ -222,7 +222,5 @@ def _metadata_digest(path: Path) -> str:
 
 
 def buildkit_failure(tally: BuildkitTally, log_path: Path, code: int) -> BuildError:
-    step = tally.failed_step or tally.current_step or "before the first step"
-    reason = tally.error or f"docker buildx exited {code}"
-    return BuildError(f"build failed at {step}: {reason}; full log: {log_path}",
-                      step=tally.failed_step or tally.current_step, log_path=str(log_path))
+    return failed_build(tally.failed_step or tally.current_step,
+                        tally.error or f"docker buildx exited {code}", log_path)

@@ -73,13 +73,25 @@ def finish_build_stream(tally: BuildTally) -> tuple[BuildTally, list[str]]:
 
 
 def build_failure(tally: BuildTally, log_path: Path) -> BuildError:
-    """The one-line error for a failed build: the failing step, the reason and the log."""
-    step = tally.current_step or "before the first step (context or Dockerfile)"
-    return BuildError(
-        f"build failed at {step}: {tally.error}; full log: {log_path}",
-        step=tally.current_step,
-        log_path=str(log_path),
-    )
+    """The one-line error for a failed classic build."""
+    return failed_build(tally.current_step, tally.error, log_path)
+
+
+# What a step prints when the Docker host's disk filled under it (overlay2 writes, pip, tar).
+_DISK_FULL = "no space left on device"
+
+
+def failed_build(step: str, reason: str, log_path: Path) -> BuildError:
+    """The one-line error for a failed build of either builder: the failing step, the reason,
+    the way out where the reason is a full disk (it reads like the step's own fault), and
+    the log."""
+    where = step or "before the first step (context or Dockerfile)"
+    hint = ""
+    if _DISK_FULL in reason.lower():
+        hint = (" (the Docker host's disk is full, not the step: see `docker system df`, "
+                "remove images you no longer need, and rerun)")
+    return BuildError(f"build failed at {where}: {reason}{hint}; full log: {log_path}",
+                      step=step, log_path=str(log_path))
 
 
 def build_kwargs(request: BuildRequest) -> dict[str, Any]:
