@@ -12,6 +12,9 @@ reports some failures inside 200 bodies (`_deferred_error`), so bodies are check
 
 Usage: studio-chain.py --base http://127.0.0.1:8899 --state STUDIO_HOME --model DIR
                        --dataset FILE.jsonl --out DIR [--steps 30]
+                       [--host-path SERVER_PREFIX=HOST_PREFIX]
+(--model is the folder as the server sees it; --host-path maps the server's paths to this
+host's, for a Studio in a container whose state folder is a bind mount.)
 Exit codes: 0 the chain completed; 2 usage; 6 a step failed (the message names it).
 """
 
@@ -325,9 +328,14 @@ def run(args: argparse.Namespace) -> None:
     train_s = time.monotonic() - t0
     run_summary = history(client, rec, str(job["job_id"]))
     output_dir = Path(str(run_summary.get("output_dir") or ""))
-    if not output_dir.is_dir():
+    here = output_dir
+    if args.host_path:
+        server_prefix, _, host_prefix = args.host_path.partition("=")
+        if output_dir.is_relative_to(server_prefix):
+            here = Path(host_prefix) / output_dir.relative_to(server_prefix)
+    if not here.is_dir():
         fail(f"history names no output folder on disk: {run_summary}")
-    checkpoint_files(rec, output_dir)
+    checkpoint_files(rec, here)
     preview_chat(client, rec, output_dir)
     chain_s = time.monotonic() - started
     rec.add("done", train_wall_s=round(train_s, 1), chain_wall_s=round(chain_s, 1))
@@ -341,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--host-path", default="",
+                        help="SERVER_PREFIX=HOST_PREFIX: where the server's files are here")
     parser.add_argument("--server-pid", type=int, help="stop waiting if this process exits")
     parser.add_argument("--health-timeout", type=float, default=180)
     parser.add_argument("--train-timeout", type=float, default=400)
