@@ -33,7 +33,7 @@ while (($#)); do
         *) say "unknown argument $1 (see --help)"; exit 2 ;;
     esac
 done
-[[ $need_gib =~ ^[0-9]+$ ]] || { say "--need takes a whole number of GiB, not '$need_gib'"; exit 2; }
+[[ $need_gib =~ ^[0-9]{1,7}$ ]] || { say "--need takes a whole number of GiB (at most 7 digits), not '$need_gib'"; exit 2; }
 
 data_root=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null) || {
     say "no Docker daemon answers: start one (scripts/setup-host.sh) and rerun"; exit 8; }

@@ -85,7 +85,8 @@ def test_too_little_free_disk_is_exit_8_with_the_way_out(docker_engine: DockerEn
     assert "need 1048576 GiB free" in last and "docker image ls" in last
 
 
-@pytest.mark.parametrize("args", [("--need", "ten"), ("--need",), ("--bogus",)])
+@pytest.mark.parametrize("args", [("--need", "ten"), ("--need",), ("--bogus",), ("--need", "-1"),
+                                  ("--need", "99999999999999999999")])
 def test_bad_arguments_are_exit_2_and_change_nothing(docker_engine: DockerEngine,
                                                      tmp_path: Path, args: tuple[str, ...]):
     name = f"stackpin-reclaim-test-{uuid.uuid4().hex[:8]}"
