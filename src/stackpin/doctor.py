@@ -11,11 +11,16 @@ from dataclasses import dataclass
 from stackpin.engine.builders import select_builder
 from stackpin.engine.types import EngineReport
 
+GIB = 1 << 30
+
 
 @dataclass(frozen=True, kw_only=True)
 class Diagnosis:
     report: EngineReport
     buildx: str  # the buildx plugin's version, "" when the docker CLI has none
+    # Bytes free where the daemon keeps its data, when that folder is on this host (None:
+    # a remote daemon or a VM's). A full disk there fails builds at whatever step is running.
+    disk_free: int | None = None
 
     @property
     def builder(self) -> str:
@@ -61,6 +66,7 @@ class Diagnosis:
             "runtimes": list(self.report.runtimes),
             "default_runtime": self.report.default_runtime,
             "security_options": list(self.report.security_options),
+            "root_dir": self.report.root_dir, "disk_free_bytes": self.disk_free,
             "problems": self.problems(),
         }
 
@@ -73,4 +79,11 @@ class Diagnosis:
             value = data[key]
             shown = ", ".join(value) if isinstance(value, list) else str(value or "-")
             rows.append(f"{key.replace('_', ' ')}: {shown}")
+        rows.append(f"disk free: {self._disk_line()}")
         return rows
+
+    def _disk_line(self) -> str:
+        where = self.report.root_dir or "the daemon's data folder"
+        if self.disk_free is None:
+            return f"- ({where} is not on this host)"
+        return f"{self.disk_free / GIB:.1f} GiB at {where}"

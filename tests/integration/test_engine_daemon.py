@@ -6,12 +6,14 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
 import time
 import uuid
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -389,3 +391,7 @@ def test_doctor_reports_the_engine_and_its_store(docker_engine):
     assert (report["engine"], report["store"]) == (version.version, version.store)
     assert report["problems"] == []
     assert "runc" in report["runtimes"]
+    # Every engine of the matrix runs on this host: its data folder's free space is known.
+    root = report["root_dir"]
+    assert root and Path(root).is_dir()
+    assert abs(report["disk_free_bytes"] - shutil.disk_usage(root).free) < (1 << 30)

@@ -66,3 +66,41 @@ def test_a_daemon_without_runc_or_too_old_is_reported():
     no_runc = {**INFO_20_CLASSIC, "Runtimes": {"crun": {}}}
     assert ["runc" in p for p in diagnosis(no_runc).problems()] == [True]
     assert "older than 20.10" in diagnosis(INFO_20_CLASSIC, version="19.03.15").problems()[0]
+
+
+def test_disk_free_is_reported_where_the_daemon_keeps_its_data():
+    info = {**INFO_20_CLASSIC, "DockerRootDir": "/var/lib/docker", "Name": "build-1"}
+    engine = EngineVersion(version="20.10.24", api_version="1.41", os="linux", arch="amd64",
+                           store=store_of(info))
+    report = engine_report(engine, info)
+    assert (report.root_dir, report.host_name) == ("/var/lib/docker", "build-1")
+    known = Diagnosis(report=report, buildx="", disk_free=3 * (1 << 30) + (1 << 29))
+    assert known.lines()[-1] == "disk free: 3.5 GiB at /var/lib/docker"
+    assert (known.to_json()["root_dir"], known.to_json()["disk_free_bytes"]) == (
+        "/var/lib/docker", 3758096384)
+    remote = Diagnosis(report=report, buildx="")
+    assert remote.lines()[-1] == "disk free: - (/var/lib/docker is not on this host)"
+    assert remote.to_json()["disk_free_bytes"] is None
+    assert remote.problems() == []  # a figure, not a verdict: what a build needs varies
+
+
+def test_disk_free_is_measured_only_for_a_daemon_on_this_host(tmp_path):
+    import shutil
+    import socket
+
+    from stackpin.cli.doctor_cmd import local_disk_free
+
+    def report(root: str, name: str):  # type: ignore[no-untyped-def]
+        info = {**INFO_28_CONTAINERD, "DockerRootDir": root, "Name": name}
+        engine = EngineVersion(version="28.5.2", api_version="1.51", os="linux", arch="amd64",
+                               store=store_of(info))
+        return engine_report(engine, info)
+
+    here = socket.gethostname()
+    measured = local_disk_free(report(str(tmp_path), here))
+    assert isinstance(measured, int)
+    assert abs(measured - shutil.disk_usage(tmp_path).free) < (1 << 30)
+    # Docker Desktop: the folder is the VM's; one of that name here would say nothing.
+    assert local_disk_free(report(str(tmp_path), "docker-desktop")) is None
+    assert local_disk_free(report(str(tmp_path / "absent"), here)) is None
+    assert local_disk_free(report("", here)) is None

@@ -154,6 +154,8 @@ class EngineReport:
     default_runtime: str
     security_options: tuple[str, ...]  # "name=seccomp,profile=builtin", "name=userns", ...
     buildkit: bool  # the daemon serves BuildKit builds (API 1.39+: the embedded BuildKit)
+    root_dir: str = ""  # DockerRootDir: where images, layers and build caches fill the disk
+    host_name: str = ""  # the daemon's host name (Docker Desktop's VM says "docker-desktop")
 
 
 def engine_report(version: EngineVersion, info: Mapping[str, Any]) -> EngineReport:
@@ -166,6 +168,8 @@ def engine_report(version: EngineVersion, info: Mapping[str, Any]) -> EngineRepo
         default_runtime=str(info.get("DefaultRuntime") or ""),
         security_options=tuple(str(o) for o in info.get("SecurityOptions") or ()),
         buildkit=api >= (1, 39),
+        root_dir=str(info.get("DockerRootDir") or ""),
+        host_name=str(info.get("Name") or ""),
     )
 
 
