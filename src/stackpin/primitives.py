@@ -129,13 +129,26 @@ def tar_member(
     fmt: TarFormat = tarfile.USTAR_FORMAT,
 ) -> Iterator[bytes]:
     """One regular file of a tar stream: header (owner 0:0, no names), data, padding."""
-    info = tarfile.TarInfo(name)
-    info.size, info.mtime, info.mode = size, mtime, mode
-    yield info.tobuf(format=fmt)
+    yield tar_header(name, size, mtime=mtime, mode=mode, fmt=fmt)
     while chunk := data.read(CHUNK):
         yield chunk
-    if size % tarfile.BLOCKSIZE:
-        yield b"\0" * (tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)
+    if padding := tar_padding(size):
+        yield padding
+
+
+def tar_header(
+    name: str, size: int, *, mtime: int = 0, mode: int = 0o644,
+    fmt: TarFormat = tarfile.USTAR_FORMAT,
+) -> bytes:
+    """The header of one regular file (owner 0:0, no names): what ``tar_member`` starts with."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = size, mtime, mode
+    return info.tobuf(format=fmt)
+
+
+def tar_padding(size: int) -> bytes:
+    """The zeros after a member body of ``size`` bytes, up to the next 512-byte block."""
+    return b"\0" * (-size % tarfile.BLOCKSIZE)
 
 
 def tar_directory(name: str, *, mtime: int = 0, fmt: TarFormat = tarfile.USTAR_FORMAT) -> bytes:

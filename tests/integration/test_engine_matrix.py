@@ -235,7 +235,7 @@ def matrix_bundle(matrix_engine, matrix_build, tmp_path_factory) -> tuple[Path, 
                     str(keys / "stackpin.key"), env=on(matrix_engine))
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     # Not a terminal: plain progress lines, each phase ending at 100 % of what it counted.
-    assert_progress_ends(done.stderr, "save", "compress")
+    assert_progress_ends(done.stderr, "save", "write")
     return site, keys / "stackpin.pub"
 
 

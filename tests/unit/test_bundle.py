@@ -11,7 +11,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-import zstandard
 from test_bundle_fakes import (
     CPU_CELL,
     EPOCH,
@@ -24,6 +23,7 @@ from test_bundle_fakes import (
     project,
     record_cpu_build,
     site_trusting,
+    unzstd,
 )
 from tests.fake_engine import FakeEngine
 
@@ -82,7 +82,7 @@ def test_export_writes_the_layout_and_a_manifest_covering_every_file(tmp_path, s
 def test_images_file_is_the_save_stream_compressed_and_hashed_in_one_pass(tmp_path, shipped_cells):
     engine = engine_with_cpu(shipped_cells)
     result, _ = export_cpu(tmp_path, shipped_cells, engine=engine)
-    raw = zstandard.ZstdDecompressor().decompressobj().decompress(
+    raw = unzstd(
         (result.out_dir / "images.tar.zst").read_bytes())
     assert len(raw) == result.stream.tar_bytes
     assert sha256_file(result.out_dir / "images.tar.zst") == result.stream.sha256
@@ -293,7 +293,7 @@ def test_created_is_the_newest_source_date_epoch(shipped_cells):
 def _stream_of(engine: FakeEngine, tmp_path: Path, name: str) -> tuple[bytes, dict]:
     path = tmp_path / f"{name}.tar.zst"
     _stats, bundled = streaming.write_images(engine, ["x:1", "x:2", "y:1"], path, threads=1)
-    return zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes()), bundled
+    return unzstd(path.read_bytes()), bundled
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -319,7 +319,7 @@ def test_each_image_is_named_as_each_store_will_name_it_after_a_load(tmp_path):
     image = source.add({"n": "a"}, [layer_bytes("a", 8192)], tags=("x:1",))
     path = tmp_path / "images.tar.zst"
     _stats, bundled = streaming.write_images(source, ["x:1"], path, threads=1)
-    data = zstandard.ZstdDecompressor().decompressobj().decompress(path.read_bytes())
+    data = unzstd(path.read_bytes())
     for kind, expected in (("docker20", bundled[image].config_digest),
                            ("classic", bundled[image].config_digest),
                            ("containerd", bundled[image].manifest_digest)):

@@ -5,10 +5,12 @@
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from pathlib import Path
 
+import zstandard
 from tests.fake_engine import FakeEngine
 
 from stackpin import signing
@@ -42,6 +44,13 @@ PROBE_OUTPUT = json.dumps({
 def layer_bytes(seed: str, size: int = 3 << 20) -> bytes:
     """Half random, half repetitive bytes, so compression has work to do."""
     return random.Random(seed).randbytes(size // 2) + bytes(size // 2)
+
+
+def unzstd(data: bytes) -> bytes:
+    """Every frame of a zstd stream, decompressed: images.tar.zst is concatenated frames,
+    and ``decompressobj().decompress`` would silently stop after the first."""
+    reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+    return reader.read()
 
 
 def image_config(cell: Cell, variant: str, lock_digest: str, *, env: tuple[str, ...] = (),

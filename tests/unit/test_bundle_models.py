@@ -7,8 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-import zstandard
-from test_bundle_fakes import CPU_CELL, export_cpu, project, site_trusting
+from test_bundle_fakes import CPU_CELL, export_cpu, project, site_trusting, unzstd
 
 from stackpin import primitives, sbom
 from stackpin.bundle import models
@@ -49,7 +48,7 @@ def _studio_state(folder: Path) -> Path:
 
 def _contains_marker(bundle: Path) -> list[str]:
     hits = [rel for rel in _files(bundle) if MARKER.encode() in (bundle / rel).read_bytes()]
-    raw = zstandard.ZstdDecompressor().decompressobj().decompress(
+    raw = unzstd(
         (bundle / "images.tar.zst").read_bytes())
     return hits + (["images.tar.zst (decompressed)"] if MARKER.encode() in raw else [])
 

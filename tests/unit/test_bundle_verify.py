@@ -9,8 +9,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-import zstandard
-from test_bundle_fakes import engine_with_cpu, export_cpu, resign, site_trusting
+from test_bundle_fakes import engine_with_cpu, export_cpu, resign, site_trusting, unzstd
 
 from stackpin import signing
 from stackpin.bundle import format as bundle_format
@@ -203,7 +202,7 @@ def test_load_streams_the_verified_images_into_the_engine(exported, shipped_cell
     report = loading.load(engine, path, site=site_trusting(public))
     (loaded,) = engine.loaded
     compressed = (result.out_dir / "images.tar.zst").read_bytes()
-    assert loaded == zstandard.ZstdDecompressor().decompressobj().decompress(compressed)
+    assert loaded == unzstd(compressed)
     assert report.image_ids == (result.images[0].id,)
 
 

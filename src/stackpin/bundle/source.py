@@ -32,6 +32,7 @@ from stackpin.bundle.resolved import BuiltImage
 from stackpin.engine import Engine
 from stackpin.errors import BundleError, HostEnvironmentError
 from stackpin.matrix import Cell
+from stackpin.primitives import CHUNK
 from stackpin.render import base_reference
 from stackpin.target import LABEL_SOURCE_COMMIT, Layout
 
@@ -121,4 +122,9 @@ def load_bundled_base(engine: Engine, cell: Cell, root: Path, *, on_line: LineSi
 
 
 def _decompressed(compressed: IO[bytes]) -> Iterator[bytes]:
-    yield from zstandard.ZstdDecompressor().read_to_iter(compressed)
+    # The archive is concatenated frames (bundle.stream): read_to_iter would stop after
+    # the first one and hand the engine a cut tar.
+    with zstandard.ZstdDecompressor().stream_reader(compressed, read_size=CHUNK,
+                                                    read_across_frames=True) as stream:
+        while chunk := stream.read(CHUNK):
+            yield chunk

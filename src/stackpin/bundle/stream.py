@@ -1,57 +1,148 @@
-"""The save stream: docker save -> layers spooled uncompressed -> OCI layout -> zstd -> file."""
+"""The save stream: docker save -> each layer compressed while spooled -> OCI layout -> file.
+
+The layout lists blobs sorted by digest, known only once the whole save has arrived, so
+the layers must wait on disk; compressing them only then would run zstd after the save
+instead of beside it. Instead each layer's member body (plus its padding to 512 bytes)
+is compressed into a zstd frame of its own while it is spooled, by zstd's worker threads
+as the daemon's stream arrives. The output is written in the layout's order as
+concatenated frames: the layout's own bytes between two layers (member headers,
+documents, the trailing files) in one frame each, each layer's frame copied as it is.
+Concatenated frames are one zstd stream (``zstd -dc``, ``stream_reader(...,
+read_across_frames=True)``) whose content is the layout's tar, byte for byte.
+"""
 
 from __future__ import annotations
 
 import io
 import itertools
 import os
-import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, BinaryIO
 
 import zstandard
 
 from stackpin.bundle.format import ZSTD_LEVEL, StreamStats
 from stackpin.engine import Engine, SaveRequest, chunk_stream
-from stackpin.engine.save_format import LayoutImage, read_save, write_layout
+from stackpin.engine.save_format import Layer, LayoutImage, Piece, read_save, write_layout
 from stackpin.meter import NO_METER, Meter, metered
-from stackpin.primitives import HashingWriter
+from stackpin.primitives import CHUNK, HashingWriter, tar_padding
 
 
-class CompressingSink(io.RawIOBase):
-    """Writes zstd frames of what it is given to ``out``, hashing the compressed bytes."""
+def frame_compressor(threads: int, *, level: int = ZSTD_LEVEL) -> zstandard.ZstdCompressor:
+    """The one compressor of every frame of a bundle stream."""
+    # threads >= 1 selects zstd's multi-threaded format, whose bytes do not depend on
+    # the number of workers; threads=0 is a different (single-threaded) framing. Its
+    # workers also compress while the calling thread goes on reading the daemon's stream.
+    workers = threads if threads >= 1 else max(os.cpu_count() or 1, 1)
+    params = zstandard.ZstdCompressionParameters.from_level(
+        level, threads=workers, write_checksum=True
+    )
+    return zstandard.ZstdCompressor(compression_params=params)
 
-    def __init__(self, out: BinaryIO, *, level: int = ZSTD_LEVEL, threads: int = -1) -> None:
-        # threads >= 1 selects zstd's multi-threaded format, whose bytes do not depend on
-        # the number of workers; threads=0 is a different (single-threaded) framing.
-        workers = threads if threads >= 1 else max(os.cpu_count() or 1, 1)
-        params = zstandard.ZstdCompressionParameters.from_level(
-            level, threads=workers, write_checksum=True
-        )
-        self._compressor = zstandard.ZstdCompressor(compression_params=params).compressobj()
-        self._out = HashingWriter(out)
-        self.raw_bytes = 0
 
-    def writable(self) -> bool:
-        return True
+def compress_frame(compressor: zstandard.ZstdCompressor, chunks: Iterable[bytes],
+                   out: BinaryIO) -> int:
+    """Write ``chunks`` to ``out`` as one zstd frame; return how many bytes went in.
 
-    def write(self, data: Any) -> int:
-        view = memoryview(data)
-        self.raw_bytes += len(view)
-        self._emit(self._compressor.compress(view))
-        return len(view)
+    No content size is pledged: the frame header must not depend on whether the engine
+    told a layer's size (a gzip layer from a containerd store does not).
+    """
+    frame = compressor.compressobj()
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        out.write(frame.compress(chunk))
+    out.write(frame.flush())
+    return size
 
-    def finish(self) -> StreamStats:
-        self._emit(self._compressor.flush())
-        return StreamStats(tar_bytes=self.raw_bytes, bytes=self._out.size,
-                           sha256=self._out.sha256.hexdigest())
 
-    def _emit(self, data: bytes) -> None:
-        if data:
-            self._out.write(data)
+@dataclass(frozen=True, kw_only=True)
+class SpooledLayer:
+    path: Path  # one zstd frame: the layer's tar, then its padding to 512 bytes
+    size: int  # bytes of the uncompressed tar, without the padding
+
+
+class FrameSpool:
+    """Layers as the save reader hands them over, each compressed into its own frame."""
+
+    def __init__(self, folder: Path, compressor: zstandard.ZstdCompressor) -> None:
+        self._folder = folder
+        self._compressor = compressor
+        self._names = itertools.count()
+
+    def keep(self, data: IO[bytes]) -> SpooledLayer:
+        path = self._folder / f"{next(self._names)}.zst"
+        size = 0
+
+        def body() -> Iterator[bytes]:
+            nonlocal size
+            while chunk := data.read(CHUNK):
+                size += len(chunk)
+                yield chunk
+            yield tar_padding(size)  # the tar's block padding belongs to the body's frame
+
+        with path.open("wb") as out:
+            compress_frame(self._compressor, body(), out)
+        return SpooledLayer(path=path, size=size)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Frames:
+    """The output, frame by frame: compressed bytes, or a spooled layer's frame file."""
+
+    parts: tuple[bytes | Path, ...]
+    tar_bytes: int  # what they decompress to
+
+    @property
+    def compressed_bytes(self) -> int:
+        return sum(len(p) if isinstance(p, bytes) else p.stat().st_size for p in self.parts)
+
+
+def frames_of(pieces: Iterable[Piece], compressor: zstandard.ZstdCompressor) -> Frames:
+    """The layout's pieces as frames: its own bytes between two layers compressed into one
+    frame each (a few KiB in all: headers and documents), each layer as its spooled frame."""
+    parts: list[bytes | Path] = []
+    pending: list[bytes] = []
+    tar_bytes = 0
+
+    def close_run() -> None:
+        nonlocal tar_bytes
+        if pending:
+            buffer = io.BytesIO()
+            tar_bytes += compress_frame(compressor, pending, buffer)
+            parts.append(buffer.getvalue())
+            pending.clear()
+
+    for piece in pieces:
+        if isinstance(piece, Layer):
+            close_run()
+            parts.append(piece.path)
+            tar_bytes += piece.size + len(tar_padding(piece.size))
+        else:
+            pending.append(piece)
+    close_run()
+    return Frames(parts=tuple(parts), tar_bytes=tar_bytes)
+
+
+def write_frames(frames: Frames, out: BinaryIO, meter: Meter) -> StreamStats:
+    """Write ``frames`` to ``out`` in order, hashing and counting the compressed bytes."""
+    sink = HashingWriter(out)
+    meter.start("write", frames.compressed_bytes)
+    for part in frames.parts:
+        if isinstance(part, bytes):
+            sink.write(part)
+            meter.advance(len(part))
+            continue
+        with part.open("rb") as frame:
+            while chunk := frame.read(CHUNK):
+                sink.write(chunk)
+                meter.advance(len(chunk))
+    meter.finish()
+    return StreamStats(tar_bytes=frames.tar_bytes, bytes=sink.size,
+                       sha256=sink.sha256.hexdigest())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,31 +159,27 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
     """Save ``names`` as one stream and write it, rewritten, compressed and hashed, to ``path``.
 
     The engine's stream (either layout; gzip layers from a containerd store) is read once,
-    its layers spooled uncompressed beside ``path``; then the OCI layout of the same
-    images, configs unchanged, is written in a fixed order (save_format.write_layout), so
-    zstd sees raw tar whatever the store and the bundle loads into either store under IDs
-    known now. Returns the stream's figures and each image's IDs by its source ID.
-    ``meter`` counts the save stream ("save": the images' sizes are its estimated total)
-    and then the layout written ("compress").
+    each layer compressed into its own frame in a spool beside ``path`` as it arrives;
+    then the OCI layout of the same images, configs unchanged, is written in a fixed order
+    (save_format.write_layout), so zstd sees raw tar whatever the store and the bundle
+    loads into either store under IDs known now. Returns the stream's figures and each
+    image's IDs by its source ID. ``meter`` counts the save stream ("save": the images'
+    sizes are its estimated total; compression runs meanwhile) and then the compressed
+    bytes written ("write").
     """
     version = engine.version()
-    with tempfile.TemporaryDirectory(prefix=".layers-", dir=path.parent) as spool:
-        count = itertools.count()
-
-        def keep(data: IO[bytes]) -> Path:
-            layer = Path(spool) / f"{next(count)}.tar"
-            with layer.open("wb") as out:
-                shutil.copyfileobj(data, out, 1 << 20)
-            return layer
-
+    compressor = frame_compressor(threads)
+    with tempfile.TemporaryDirectory(prefix=".layers-", dir=path.parent) as folder:
+        spool = FrameSpool(Path(folder), compressor)
         meter.start("save", sum(_size(engine, name) for name in names))
         saved = read_save(chunk_stream(metered(
-            engine.save(SaveRequest(images=tuple(sorted(names)))), meter)), keep)
+            engine.save(SaveRequest(images=tuple(sorted(names)))), meter)), spool.keep)
         meter.finish()
         entries = sorted(saved.entries, key=lambda e: e.config_digest)
         layout = write_layout([LayoutImage(
             config=entry.config_bytes,
-            layers=[(layer.diff_id, layer.value) for layer in saved.layers_of(entry)],
+            layers=[Layer(diff_id=layer.diff_id, size=layer.value.size, path=layer.value.path)
+                    for layer in saved.layers_of(entry)],
             tags=entry.repo_tags,
         ) for entry in entries])
         bundled = {
@@ -100,14 +187,9 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
                 BundledImage(source_id="", config_digest=config, manifest_digest=manifest)
             for e, (config, manifest) in zip(entries, layout.ids, strict=True)
         }
+        frames = frames_of(layout.pieces, compressor)
         with path.open("wb") as out:
-            sink = CompressingSink(out, threads=threads)
-            meter.start("compress", sum(path.stat().st_size
-                                        for path in Path(spool).iterdir()))
-            for chunk in metered(layout.chunks, meter):
-                sink.write(chunk)
-            stats = sink.finish()
-            meter.finish()
+            stats = write_frames(frames, out, meter)
             out.flush()
             os.fsync(out.fileno())
     return stats, {k: replace(v, source_id=k) for k, v in bundled.items()}

@@ -34,7 +34,14 @@ import zstandard
 
 from stackpin import primitives
 from stackpin.errors import HostEnvironmentError
-from stackpin.primitives import CHUNK, HashingReader, tar_end, tar_member
+from stackpin.primitives import (
+    CHUNK,
+    HashingReader,
+    tar_end,
+    tar_header,
+    tar_member,
+    tar_padding,
+)
 
 T = TypeVar("T")
 GZIP_MAGIC = b"\x1f\x8b"
@@ -194,22 +201,34 @@ def _manifest_digests(documents: Mapping[str, bytes]) -> dict[str, str]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Layer:
+    """One layer blob to write: its diff_id, the size of its uncompressed tar, where it is."""
+
+    diff_id: str
+    size: int
+    path: Path  # the uncompressed tar that ``chunks`` reads; a caller of ``pieces`` may
+    # keep the body in a form of its own there (stream.py: a zstd frame of body + padding)
+
+
+Piece = bytes | Layer  # layout bytes as they are, or a layer's member body + its padding
+
+
+@dataclass(frozen=True, kw_only=True)
 class LayoutImage:
-    """One image to write: its config bytes, its layer tars in config order, its tags."""
+    """One image to write: its config bytes, its layers in config order, its tags."""
 
     config: bytes
-    layers: Sequence[tuple[str, Path]]  # (diff_id, uncompressed tar); repeats allowed
+    layers: Sequence[Layer]  # repeats allowed
     tags: Sequence[str] = ()
 
     @property
     def manifest(self) -> bytes:
-        sizes = {diff_id: path.stat().st_size for diff_id, path in self.layers}
         return canonical_bytes({
             "schemaVersion": 2, "mediaType": OCI_MANIFEST,
             "config": {"mediaType": OCI_CONFIG, "digest": sha256_digest(self.config),
                        "size": len(self.config)},
-            "layers": [{"mediaType": OCI_LAYER, "digest": diff_id, "size": sizes[diff_id]}
-                       for diff_id, _ in self.layers],
+            "layers": [{"mediaType": OCI_LAYER, "digest": layer.diff_id, "size": layer.size}
+                       for layer in self.layers],
         })
 
 
@@ -218,7 +237,19 @@ class ImageLayout:
     """An archive to load, and the two IDs each of its images will have."""
 
     ids: tuple[tuple[str, str], ...]  # (config digest, manifest digest) per image, in order
-    chunks: Iterator[bytes]
+    pieces: Iterator[Piece]  # the archive in order; a Layer stands for its body + padding
+
+    @property
+    def chunks(self) -> Iterator[bytes]:
+        """The archive's bytes, each layer body read from its uncompressed tar."""
+        for piece in self.pieces:
+            if isinstance(piece, Layer):
+                with piece.path.open("rb") as data:
+                    while chunk := data.read(CHUNK):
+                        yield chunk
+                yield tar_padding(piece.size)
+            else:
+                yield piece
 
     @property
     def config_digest(self) -> str:  # the image ID on the classic store (and Engine 20.10)
@@ -239,8 +270,10 @@ def image_layout(
     tags: Sequence[str] = (),
     mtime: int = 0,
 ) -> ImageLayout:
-    """The layout of one image whose layers are tar files (see ``write_layout``)."""
-    return write_layout([LayoutImage(config=config, layers=layers, tags=tags)], mtime=mtime)
+    """The layout of one image whose layers are (diff_id, tar file) (see ``write_layout``)."""
+    files = [Layer(diff_id=diff_id, size=path.stat().st_size, path=path)
+             for diff_id, path in layers]
+    return write_layout([LayoutImage(config=config, layers=files, tags=tags)], mtime=mtime)
 
 
 def write_layout(images: Sequence[LayoutImage], *, mtime: int = 0) -> ImageLayout:
@@ -259,12 +292,12 @@ def write_layout(images: Sequence[LayoutImage], *, mtime: int = 0) -> ImageLayou
     ]})
     docker_manifest = canonical_bytes([{
         "Config": _blob(sha256_digest(image.config)), "RepoTags": sorted(image.tags),
-        "Layers": [_blob(diff_id) for diff_id, _ in image.layers],
+        "Layers": [_blob(layer.diff_id) for layer in image.layers],
     } for image in images])
     ids = tuple((sha256_digest(image.config), sha256_digest(manifest))
                 for image, manifest in zip(images, manifests, strict=True))
-    return ImageLayout(ids=ids, chunks=_layout_chunks(images, manifests, index, docker_manifest,
-                                                      mtime))
+    return ImageLayout(ids=ids, pieces=_layout_pieces(images, manifests, index,
+                                                      docker_manifest, mtime))
 
 
 def _name_annotations(reference: str) -> dict[str, str]:
@@ -278,17 +311,16 @@ def _blob(digest: str) -> str:
     return f"blobs/sha256/{digest.removeprefix('sha256:')}"
 
 
-def _layout_chunks(
+def _layout_pieces(
     images: Sequence[LayoutImage], manifests: Sequence[bytes], index: bytes,
     docker_manifest: bytes, mtime: int,
-) -> Iterator[bytes]:
-    files = {diff_id: path for image in images for diff_id, path in image.layers}
+) -> Iterator[Piece]:
+    layers = {layer.diff_id: layer for image in images for layer in image.layers}
     documents = {sha256_digest(d): d for d in [*(i.config for i in images), *manifests]}
-    for digest in sorted({*files, *documents}):
-        if digest in files:
-            with files[digest].open("rb") as data:
-                yield from tar_member(_blob(digest), data, files[digest].stat().st_size,
-                                      mtime=mtime)
+    for digest in sorted({*layers, *documents}):
+        if digest in layers:
+            yield tar_header(_blob(digest), layers[digest].size, mtime=mtime)
+            yield layers[digest]
         else:
             document = documents[digest]
             yield from tar_member(_blob(digest), io.BytesIO(document), len(document),
