@@ -3,9 +3,11 @@
 Usage: .venv/bin/python scripts/profile-export.py IMAGE [OUT_DIR]   (DOCKER_HOST as usual)
 
 1. reads `docker save IMAGE` from the daemon and throws it away (what `docker save` costs);
-2. runs the export's images stream (stackpin.bundle.stream.write_images: save -> layers
-   spooled raw -> OCI layout in digest order -> zstd -3) under cProfile, and prints both
-   times and the functions that took the most time of their own.
+2. runs the export's images stream (stackpin.bundle.stream.write_images: save -> each
+   layer into a zstd -3 frame of its own as it arrives -> the frames in the OCI layout's
+   digest order) under cProfile, and prints both times and the functions that took the
+   most time of their own. For before/after timings without the profiler, see
+   scripts/bench-export.py.
 """
 
 from __future__ import annotations

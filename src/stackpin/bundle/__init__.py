@@ -8,8 +8,9 @@ A bundle is a directory (optionally packed into one ``.tar``)::
     images.tar.zst     ONE ``docker save`` stream of every image (shared layers stored once)
     sbom/ dockerfiles/ locks/ reports/ [wheels/] bin/ README.md
 
-Export streams the daemon's save archive through zstd into the file, hashing the
-compressed bytes in the same pass: no uncompressed tar touches the disk. Everything is
+Export reads the daemon's save archive once, compressing each layer into a zstd frame of
+its own as it arrives (``stream``), then writes the layout's frames in a fixed order into
+the file, hashing them: no uncompressed layer touches the disk. Everything is
 written into a hidden staging folder beside the target and renamed at the end, so a
 killed export leaves nothing at the target and a rerun starts clean.
 
@@ -30,7 +31,7 @@ entries and the manifest; imports no other bundle module), ``resolved`` (each im
 once, with the build record and Dockerfile that made it), ``contents`` (every other file
 planned as data), ``siteconf`` (the site scripts' data files), ``source`` (what a
 ``--with-wheels`` rebuild reads), ``models``, ``export`` (the pipeline and its one
-writer), ``stream`` (the save -> tar -> zstd pipeline), ``verify``, ``trust``, ``load``
+writer), ``stream`` (save -> a zstd frame per layer -> layout), ``verify``, ``trust``, ``load``
 and ``secrets``. Import the module you need, e.g.
 ``from stackpin.bundle import verify`` then ``verify.verify(source)``.
 """
