@@ -202,12 +202,13 @@ def _manifest_digests(documents: Mapping[str, bytes]) -> dict[str, str]:
 
 @dataclass(frozen=True, kw_only=True)
 class Layer:
-    """One layer blob to write: its diff_id, the size of its uncompressed tar, where it is."""
+    """One layer blob to write: its diff_id, the size of its uncompressed tar, and ``path``:
+    the tar itself for ``ImageLayout.chunks``; a caller that reads ``pieces`` may keep the
+    body there in a form of its own (bundle.stream: a zstd frame of body and padding)."""
 
     diff_id: str
     size: int
-    path: Path  # the uncompressed tar that ``chunks`` reads; a caller of ``pieces`` may
-    # keep the body in a form of its own there (stream.py: a zstd frame of body + padding)
+    path: Path
 
 
 Piece = bytes | Layer  # layout bytes as they are, or a layer's member body + its padding
