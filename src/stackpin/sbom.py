@@ -24,7 +24,6 @@ from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.model.license import DisjunctiveLicense, License, LicenseExpression
 from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
-from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
 from stackpin import __version__
@@ -265,6 +264,11 @@ def sbom_bytes(bom: Bom) -> bytes:
 
 def schema_errors(data: bytes) -> str | None:
     """What makes ``data`` invalid against the CycloneDX 1.6 JSON schema (None: valid)."""
+    # Imported here, not at the top: the validator's jsonschema format checkers build a
+    # grammar at import (about 1.5 s of CPU), which every stackpin command would pay,
+    # `bundle load` included, though only export and verify validate a document.
+    from cyclonedx.validation.json import JsonStrictValidator
+
     error = JsonStrictValidator(SCHEMA).validate_str(data.decode())
     return None if error is None else str(error)
 

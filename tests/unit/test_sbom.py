@@ -130,3 +130,18 @@ def test_the_probe_finds_the_notice_file_of_an_installed_distribution(tmp_path):
 def test_garbage_from_the_probe_is_a_bundle_error():
     with pytest.raises(BundleError, match="export only images built by `stackpin build`"):
         sbom.parse_probe("exec: no such file\n", image="x")
+
+
+def test_no_command_pays_for_the_schema_validator_until_a_document_is_validated():
+    # jsonschema's format checkers build a grammar when imported (seconds of CPU): a
+    # top-level import would charge it to every command, `bundle load` included.
+    heavy = ("jsonschema", "cyclonedx.validation.json", "rfc3987_syntax")
+    probe = ("import sys, stackpin.cli.main; from stackpin import sbom; "
+             f"print([m for m in {heavy!r} if m in sys.modules]); "
+             "sbom.schema_errors(b'{}'); "
+             f"print([m for m in {heavy!r} if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    before, after = done.stdout.splitlines()
+    assert before == "[]"
+    assert after == str(list(heavy))  # the probe sees the validator once it is used
