@@ -13,13 +13,15 @@ import hashlib
 import io
 import json
 import os
+import queue
 import re
 import shutil
 import tarfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Generator, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, cast
 
 # One read size for every stream (wheels, layers, bundles): 1 MiB keeps memory flat and
 # the syscall count low.
@@ -117,6 +119,68 @@ class HashingReader(io.RawIOBase):
         self.size += len(data)
         buffer[: len(data)] = data
         return len(data)
+
+
+# --- producing a stream ahead of its consumer ------------------------------------------
+
+_END = object()
+
+
+class _Failed:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def read_ahead(chunks: Iterable[bytes], *, depth: int) -> Generator[bytes, None, None]:
+    """The same chunks in the same order, produced by a worker thread up to ``depth`` ahead.
+
+    A pipe such as ``zstd -dc | docker load`` decompresses the next block while the last
+    one is being written; a single thread alternates, and the reader on the other side of
+    a socket waits each time. zstd and hashlib release the GIL, so the worker overlaps with
+    the sending. An error of ``chunks`` is raised here after the chunks before it, in
+    order; closing this iterator stops the worker and closes ``chunks``. Memory stays
+    bounded: at most ``depth`` chunks wait.
+    """
+    waiting: queue.Queue[object] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    worker = threading.Thread(target=_produce, args=(chunks, waiting, stop), daemon=True,
+                              name="read-ahead")
+    worker.start()
+    try:
+        while (item := waiting.get()) is not _END:
+            if isinstance(item, _Failed):
+                raise item.error
+            yield cast(bytes, item)  # the worker queues chunks, _END and _Failed only
+    finally:
+        stop.set()
+        worker.join()
+
+
+def _produce(chunks: Iterable[bytes], waiting: queue.Queue[object],
+             stop: threading.Event) -> None:
+    source = iter(chunks)
+    try:
+        for chunk in source:
+            if not _offer(waiting, chunk, stop):
+                return
+        _offer(waiting, _END, stop)
+    except BaseException as error:  # handed to the consumer, raised there
+        _offer(waiting, _Failed(error), stop)
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()  # a generator's own finally runs now, in this thread
+
+
+def _offer(waiting: queue.Queue[object], item: object, stop: threading.Event) -> bool:
+    """Queue ``item`` unless the consumer stopped first (it may never take another)."""
+    while not stop.is_set():
+        try:
+            waiting.put(item, timeout=0.05)
+        except queue.Full:
+            continue
+        return True
+    return False
 
 
 # --- tar members --------------------------------------------------------------------------

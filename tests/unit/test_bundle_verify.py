@@ -9,6 +9,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import zstandard
 from test_bundle_fakes import engine_with_cpu, export_cpu, resign, site_trusting, unzstd
 
 from stackpin import signing
@@ -220,6 +221,38 @@ def test_load_of_a_tampered_bundle_never_reaches_the_engine(exported, shipped_ce
     with pytest.raises(BundleError, match=r"nothing was loaded|does not match manifest\.json"):
         loading.load(engine, result.out_dir, site=site_trusting(public))
     assert engine.loaded == []
+
+
+def test_a_file_changed_after_its_check_never_reaches_the_daemon_whole(exported, shipped_cells,
+                                                                      monkeypatch):
+    # The worst swap: a valid zstd stream of a tar of the same size, one byte of a layer
+    # changed, written between the check and the load. Only the hash taken while loading
+    # can see it, and the last chunk must still be held back until that hash is compared.
+    result, public = exported
+    images = result.out_dir / "images.tar.zst"
+    tar = bytearray(unzstd(images.read_bytes()))
+    tar[len(tar) // 2] ^= 0x01
+    checked = loading.verify
+
+    def check_then_swap(*args, **kwargs):
+        verified = checked(*args, **kwargs)
+        images.write_bytes(zstandard.ZstdCompressor().compress(bytes(tar)))
+        return verified
+
+    monkeypatch.setattr(loading, "verify", check_then_swap)
+    engine = engine_with_cpu(shipped_cells)
+    before, received = dict(engine.images), []
+    load = engine.load
+
+    def counted(chunks):
+        return load(received.append(len(c)) or c for c in chunks)
+
+    monkeypatch.setattr(engine, "load", counted)
+    with pytest.raises(BundleError, match="changed while it was being loaded"):
+        loading.load(engine, result.out_dir, site=site_trusting(public))
+    assert 0 < sum(received) < len(tar)  # streamed, but never the whole archive
+    assert engine.loaded == []
+    assert engine.images == before
 
 
 def test_inspect_reads_the_manifest_of_a_folder_and_an_archive(exported):

@@ -6,6 +6,8 @@ import hashlib
 import io
 import os
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from stackpin.primitives import (
     HashingReader,
     HashingWriter,
     hash_stream,
+    read_ahead,
     sha256_file,
     staged_folder,
     tar_directory,
@@ -105,3 +108,68 @@ def test_a_staged_folder_clears_what_dead_runs_left_but_not_live_ones(tmp_path: 
         pass
     assert not dead.exists()
     assert live.exists() and other.exists()
+
+
+# --- read_ahead ---------------------------------------------------------------------------
+
+
+def _workers() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "read-ahead"]
+
+
+def test_read_ahead_gives_every_chunk_in_order():
+    chunks = [bytes([i]) * (i + 1) for i in range(50)]  # many more than its depth
+    assert list(read_ahead(iter(chunks), depth=3)) == chunks
+    assert _workers() == []
+
+
+def test_an_error_of_the_source_comes_after_the_chunks_before_it():
+    failure = ValueError("changed while it was being loaded")
+
+    def source():
+        yield b"a"
+        yield b"b"
+        raise failure
+
+    ahead = read_ahead(source(), depth=4)
+    assert [next(ahead), next(ahead)] == [b"a", b"b"]
+    with pytest.raises(ValueError, match="being loaded") as caught:
+        next(ahead)
+    assert caught.value is failure
+    assert _workers() == []
+
+
+def test_the_worker_runs_at_most_depth_chunks_ahead():
+    depth, asked = 4, []
+    limit_reached = threading.Event()
+
+    def source():
+        for i in range(1000):
+            asked.append(i)
+            if i == depth + 1:  # one taken, depth waiting, one in the worker's hand
+                limit_reached.set()
+            yield b"x"
+
+    ahead = read_ahead(source(), depth=depth)
+    next(ahead)
+    assert limit_reached.wait(10)
+    time.sleep(0.3)  # an unbounded worker would run on through the 1000 meanwhile
+    assert len(asked) == depth + 2
+    ahead.close()
+
+
+def test_closing_early_stops_the_worker_and_closes_the_source():
+    closed = threading.Event()
+
+    def source():
+        try:
+            while True:
+                yield b"x" * CHUNK
+        finally:
+            closed.set()
+
+    ahead = read_ahead(source(), depth=2)
+    next(ahead)
+    ahead.close()
+    assert closed.is_set()  # the source's own cleanup ran (its file is released)
+    assert _workers() == []

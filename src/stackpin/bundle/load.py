@@ -7,6 +7,11 @@ stops after ``tar_bytes`` instead of asking for gigabytes. The last chunk is hel
 until the compressed bytes have hashed to the verified sha256 and the size matched: a
 file swapped between the check and the load breaks the stream before ``docker load``
 has a complete archive, so nothing of it is loaded.
+
+The chunks are decompressed and hashed by a worker thread a few chunks ahead of the
+socket (``read_ahead``), as ``zstd -dc | docker load`` overlaps its two processes: the
+checks above run in that worker unchanged, and the held-back last chunk still reaches the
+daemon only after them.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from stackpin.bundle.verify import VerifyResult, open_stream, refuse, verify
 from stackpin.engine import Engine
 from stackpin.errors import BundleError
 from stackpin.meter import NO_METER, Meter, metered
-from stackpin.primitives import CHUNK, HashingReader
+from stackpin.primitives import CHUNK, HashingReader, read_ahead
 
 MAX_WINDOW = 1 << 27  # zstd's own default limit (128 MiB); stackpin writes 2 MiB windows
+AHEAD = 8  # chunks decompressed ahead of the daemon: 8 MiB, enough to keep the socket fed
 
 
 @contextlib.contextmanager
@@ -135,11 +141,14 @@ def load(engine: Engine, source: Path, *, site: trust.Trust,
                                compressed_bytes=int(entry["size"]),
                                tar_bytes=int(manifest["images_archive"]["tar_bytes"]))
         meter.start("load", chunks.tar_bytes)
-        try:
-            engine.load(metered(chunks, meter))
-        except BundleError:
-            _take_back(engine, new)
-            raise
+        # Closed here, not left to the garbage collector: a daemon that stops reading
+        # early must not leave the worker waiting on a file this block closes.
+        with contextlib.closing(read_ahead(chunks, depth=AHEAD)) as ahead:
+            try:
+                engine.load(metered(ahead, meter))
+            except BundleError:
+                _take_back(engine, new)
+                raise
     meter.finish()
     try:
         chunks.confirm()
