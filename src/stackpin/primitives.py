@@ -1,9 +1,10 @@
 """Small primitives every module shares, each defined once.
 
-Timestamps, canonical JSON, the read size for streams, hashing a stream as it passes,
-the tar member writer, and a folder staged beside its target then swapped in (with the
-PID-alive check that clears the staging folders of dead runs). Pure standard library;
-imports nothing of stackpin, so any module may use it.
+Timestamps, canonical JSON, the read size for streams, hashing a stream as it passes, a
+stream produced by a worker thread ahead of its consumer, the tar member writer, and a
+folder staged beside its target then swapped in (with the PID-alive check that clears
+the staging folders of dead runs). Pure standard library; imports nothing of stackpin,
+so any module may use it.
 """
 
 from __future__ import annotations
