@@ -12,6 +12,8 @@
 #      `zstd -dc images.tar.zst | docker load`: on the Docker 28 engines each into a store
 #      emptied of the image; on the shared default engine with the image present (others'
 #      CPU images are never removed), which both loads then mostly skip.
+#      One sample each, verified first: scripts/bench-load.sh measures this ratio in
+#      rounds whose order rotates.
 # Prints one Markdown table row per engine; ratios matter, seconds depend on the load.
 # BENCH_ENGINES="NAME..." runs a subset (names from `setup-engines.sh --print-hosts`);
 # BENCH_COLD=0 builds with the cache (the build columns then say "warm").
