@@ -3,10 +3,10 @@
 # Docker 28 with the containerd image store (the default of a fresh Docker 29), each with
 # its own containerd, socket, data-root, exec-root and pidfile, in its own network namespace.
 #
-# Engines come from Debian sid (docker.io, docker-cli, containerd, docker-buildx), fetched
-# with `apt-get download` through a PRIVATE sources list, list state and cache (the system's
-# apt setup is left alone) and unpacked with `dpkg -x`; runc is the host's (bookworm's: sid's
-# needs a newer glibc). docker-buildx is also installed as the host CLI's plugin.
+# Engines come from Debian sid (docker.io, docker-cli, containerd), fetched with `apt-get
+# download` through a PRIVATE sources list, list state and cache (the system's apt setup is
+# left alone) and unpacked with `dpkg -x`; runc is the host's (bookworm's: sid's needs a
+# newer glibc). buildx, the host CLI's plugin, is scripts/setup-buildx.sh's (run here too).
 #
 # Safe to run again, and after every process was killed: each step is skipped when done,
 # stale pidfiles and sockets are replaced. One line per step. Prints nothing else on success.
@@ -20,8 +20,7 @@ HOME_DIR=${STACKPIN_ENGINES_HOME:-/opt/stackpin-engines}   # binaries (kept betw
 STATE_DIR=${STACKPIN_ENGINES_STATE:-/var/lib/stackpin-engines}  # data-roots
 RUN_DIR=${STACKPIN_ENGINES_RUN:-/run/stackpin-engines}      # sockets, exec-roots, pidfiles
 # The sid versions this matrix was proved with; another version in sid is refused below.
-PACKAGES=(docker.io=28.5.2+dfsg4-5 docker-cli=28.5.2+dfsg4-5 containerd=2.1.9+ds1-5
-          docker-buildx=0.29.1+ds1-4)
+PACKAGES=(docker.io=28.5.2+dfsg4-5 docker-cli=28.5.2+dfsg4-5 containerd=2.1.9+ds1-5)
 # name, containerd image store (true/false)
 ENGINES=("docker28-classic false" "docker28-containerd true")
 ROOT=$HOME_DIR/root
@@ -70,12 +69,7 @@ else
 fi
 
 # buildx for the host's docker CLI (a maintained BuildKit client; the bake file is built with it).
-plugin=/usr/local/libexec/docker/cli-plugins/docker-buildx
-if [ "$(readlink "$plugin" 2>/dev/null)" != "$ROOT/usr/libexec/docker/cli-plugins/docker-buildx" ]; then
-    mkdir -p "$(dirname "$plugin")"
-    ln -sfn "$ROOT/usr/libexec/docker/cli-plugins/docker-buildx" "$plugin"
-    say "installed docker buildx $("$plugin" version | cut -d' ' -f2) as a docker CLI plugin"
-fi
+bash "$(dirname "$0")/setup-buildx.sh"
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 

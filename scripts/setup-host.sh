@@ -60,6 +60,10 @@ else
     say "stackpin installed in .venv"
 fi
 
+# BuildKit for the default engine too (bookworm packages no docker-buildx): the Docker
+# tier builds with it on every engine.
+bash scripts/setup-buildx.sh
+
 if [ "${1:-}" = --engines ]; then
     bash scripts/setup-engines.sh
 fi

@@ -32,6 +32,7 @@ import pytest
 from tests.conftest import CPU_CELL, stackpin_cli
 from tests.integration.conftest import matrix_hosts
 from tests.integration.test_reproducible import stackpin
+from tests.tools import need_docker_plugin
 
 from stackpin.engine import RunRequest, SaveRequest, chunk_stream
 from stackpin.engine.docker_api import DockerEngine
@@ -101,6 +102,10 @@ def on(engine: DockerEngine) -> dict[str, str]:
 def build_small(engine: DockerEngine, checkout: Path, tmp_path_factory: pytest.TempPathFactory,
                 builder: str) -> dict[str, object]:
     """`stackpin build --no-cache --builder BUILDER` of MATRIX_CELL in a fresh copy."""
+    if builder == "buildkit":
+        # BuildKit goes through the CLI's buildx plugin (scripts/setup-buildx.sh, which
+        # README command 1 runs): without it, the project's missing-tool rule.
+        need_docker_plugin("buildx")
     copy = tmp_path_factory.mktemp(f"matrix-{builder}") / "checkout"
     copy.parent.mkdir(exist_ok=True)
     subprocess.run(["cp", "-al", str(checkout), str(copy)], check=True)

@@ -51,8 +51,8 @@ def select_builder(requested: str, *, report: EngineReport, buildx: str) -> Buil
     if not report.buildkit:
         missing = f"{engine} has no BuildKit (API {report.version.api_version} < 1.39)"
     elif not buildx:
-        missing = ("the docker CLI has no buildx plugin (install Debian's docker-buildx or "
-                   "Docker's docker-buildx-plugin)")
+        missing = ("the docker CLI has no buildx plugin (bash scripts/setup-buildx.sh installs "
+                   "Debian's; or Docker's docker-buildx-plugin)")
     if missing and requested == "buildkit":
         msg = f"cannot build with BuildKit: {missing}; or use --builder classic"
         raise HostEnvironmentError(msg)
