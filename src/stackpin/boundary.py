@@ -301,10 +301,14 @@ def reachable(
     roots: list[str],
     env: Mapping[str, str],
     cut: set[tuple[str, str]],
+    *,
+    root_extras: Mapping[str, tuple[str, ...]] | None = None,
 ) -> dict[str, set[str]]:
     """Names reachable from the roots through requirements that hold on the target, each
-    with the extras some requirer asked of it (``fastapi[standard]``)."""
-    extras: dict[str, set[str]] = {r: set() for r in roots if r in graph}
+    with the extras some requirer asked of it (``fastapi[standard]``); ``root_extras`` are
+    those the cell itself asks of a root (``flash-attn-4[cu13]``)."""
+    asked = root_extras or {}
+    extras: dict[str, set[str]] = {r: set(asked.get(r, ())) for r in roots if r in graph}
     queue = deque(extras)
     while queue:
         name = queue.popleft()

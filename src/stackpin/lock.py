@@ -25,7 +25,7 @@ from stackpin.boundary import vendor_pins
 from stackpin.errors import ConfigurationError, ValidationError
 from stackpin.matrix import Cell, cell_json, pinned_wheels
 from stackpin.primitives import pretty_json
-from stackpin.resolve import Pip, Resolution, resolve_cell
+from stackpin.resolve import Pip, Resolution, attention_only, resolve_cell
 
 LOCK_VERSION = 2
 # 'base' = provided by the base image: recorded, checked in the image, never installed.
@@ -143,11 +143,12 @@ def lock_from_resolution(
         msg = f"{cell.id}: cannot lock: {resolution.conflicts[0].message}"
         raise ValidationError(msg, details=[str(c) for c in resolution.conflicts])
     groups = _groups(cell)
+    enhanced_only = attention_only(cell, resolution.closure)
     vendor = vendor_pins(cell)
     problems: list[str] = []
     wheels = []
     for entry in resolution.closure:
-        group = groups.get(entry.name, "stack")
+        group = "attention" if entry.name in enhanced_only else groups.get(entry.name, "stack")
         if entry.origin == "vendor-wheel":
             pin = vendor[entry.name]
             wheels.append(LockedWheel(

@@ -100,6 +100,9 @@ class PinnedWheel:
         default="vendor",
         metadata=doc("'index' = downloadable from the package index; 'vendor' = dropped by hand."),
     )
+    extras: tuple[str, ...] = field(default=(), metadata=doc(
+        "Extras resolved with it (PEP 508 names), e.g. cu13: flash-attn-4's CUDA 13 DSL "
+        "libraries; what they pull in joins the wheel's layer."))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -410,6 +413,10 @@ def cell_to_dict(cell: Cell) -> dict[str, Any]:
     form: dict[str, Any] = plain(cell)
     if cell.service is None:
         del form["service"]
+    # Likewise a pinned wheel without extras keeps the form it had before extras existed.
+    for wheel in [form["torch"], form["attention"], *form["vendor_wheels"]]:
+        if wheel is not None and not wheel["extras"]:
+            del wheel["extras"]
     return form
 
 

@@ -93,8 +93,21 @@ def image_tags(cell: Cell, variant: Variant, lock_digest: str) -> tuple[str, ...
     return target.image_tags(cell.id, variant, lock_digest)
 
 
+# The module each attention distribution is imported as (verify L0 imports it, L3 runs it).
+# FlashAttention 4 installs into the flash_attn namespace beside where FA2 would be.
+ATTENTION_MODULES = {"flash-attn": "flash_attn", "flash-attn-4": "flash_attn.cute"}
+
+
+def attention_module(cell: Cell, variant: Variant) -> str:
+    """What a variant attends with: the attention package's module, or sdpa."""
+    if cell.attention is None or not cell.uses_attention(variant):
+        return "sdpa"
+    dist = str(canonicalize_name(cell.attention.filename.split("-")[0]))
+    return ATTENTION_MODULES.get(dist, dist.replace("-", "_"))
+
+
 def _attention(cell: Cell, variant: Variant) -> str:
-    return "flash_attn" if cell.uses_attention(variant) else "sdpa"
+    return attention_module(cell, variant)
 
 
 def image_labels(req: RenderRequest) -> dict[str, str]:
@@ -124,7 +137,9 @@ def image_labels(req: RenderRequest) -> dict[str, str]:
 def image_info(req: RenderRequest) -> dict[str, Any]:
     """What the image knows about itself (read by verify/ inside the container)."""
     cell, lock = req.cell, req.lock
-    pins = dict(lock.pins()) if lock else {
+    # A variant's pins are what it installs: stable has no attention layer.
+    groups = {*layer_groups(cell, req.variant), "base"}
+    pins = {w.name: w.version for w in lock.wheels if w.group in groups} if lock else {
         **dict(cell.stack), "torch": torch_version(cell)
     }
     return {
@@ -140,6 +155,7 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
         "bitsandbytes": cell.bitsandbytes,
         "env_script": cell.env_script,
         "attention": _attention(cell, req.variant),
+        "imports": declared_imports(cell, req.variant, pins),
         # The vendor boundary, checked by the build guard and by verify L0 in the image.
         "provided": {name: {"version": p.version, "by": p.by}
                      for name, p in effective_provided(cell).items()
@@ -149,6 +165,21 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
                     for d in cell.dropped],
         "service": service_info(cell.service, req.variant) if cell.service else None,
     }
+
+
+# Distributions whose import is the first real test of an image (their wheels carry native
+# code or patch others at import), by the module each is imported as.
+_IMPORTED = (("torch", "torch"), ("triton", "triton"), ("bitsandbytes", "bitsandbytes"),
+             ("unsloth", "unsloth"))
+
+
+def declared_imports(cell: Cell, variant: Variant, pins: Mapping[str, str]) -> list[str]:
+    """The modules verify L0 imports in the image: what it installs of the above, and the
+    variant's attention package."""
+    modules = [module for dist, module in _IMPORTED if dist in pins]
+    if cell.uses_attention(variant):
+        modules.append(attention_module(cell, variant))
+    return modules
 
 
 def _installs(cell: Cell, variant: Variant, dist: str) -> bool:

@@ -114,6 +114,8 @@ def resolution_key(cell: Cell) -> str:
         "excluded": sorted(cell.excluded), "dropped": sorted(
             (d.of, d.requirement) for d in cell.dropped),
     }
+    if index_extras(cell):  # absent when none, so cells without extras keep their keys
+        inputs["extras"] = {n: list(e) for n, e in sorted(index_extras(cell).items())}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -128,6 +130,30 @@ def index_pins(cell: Cell) -> dict[str, str]:
             parts = wheel.filename.split("-")
             out[canon(parts[0])] = parts[1]
     return out
+
+
+def index_extras(cell: Cell) -> dict[str, tuple[str, ...]]:
+    """Extras asked of index-source pinned wheels (flash-attn-4[cu13]), by canonical name."""
+    wheels = [cell.torch, *cell.vendor_wheels]
+    if cell.attention is not None and cell.locks_attention:
+        wheels.append(cell.attention)
+    return {canon(w.filename.split("-")[0]): tuple(sorted(w.extras))
+            for w in wheels if w.source == "index" and w.extras}
+
+
+def attention_only(cell: Cell, closure: tuple[Resolved, ...]) -> set[str]:
+    """The attention wheel and what only it pulls in (flash-attn-4's CuTe DSL, say): that is
+    the enhanced variant's layer, and the stable image never carries it."""
+    if cell.attention is None or not cell.locks_attention:
+        return set()
+    attention = canon(cell.attention.filename.split("-")[0])
+    graph = {r.name: DistMeta(name=r.name, version=r.version, requires=r.requires)
+             for r in closure if r.name != attention}
+    pinned = {canon(n): v for n, v in cell.stack.items()} | index_pins(cell)
+    roots = [n for n in _roots(cell, pinned) if n != attention]
+    stable = boundary.reachable(graph, roots, boundary.marker_environment(cell),
+                                boundary.dropped_edges(cell), root_extras=index_extras(cell))
+    return {r.name for r in closure} - set(stable)
 
 
 def resolve_cell(cell: Cell, pip: Pip, *, use_cache: bool = True) -> Resolution:
@@ -207,8 +233,14 @@ def _requirements(
         kept = tuple(r for r in meta.requires if (name, _req_name(r)) not in cut)
         wheel = placeholder_wheel(work / "rewritten", name, meta.version, kept)
         lines.append(f"{name} @ {wheel.as_uri()}")
-    lines += [f"{n}=={v}" for n, v in sorted(pinned.items()) if n not in rewritten]
+    extras = index_extras(cell)
+    lines += [f"{n}{_extras_text(extras.get(n, ()))}=={v}"
+              for n, v in sorted(pinned.items()) if n not in rewritten]
     return lines
+
+
+def _extras_text(extras: tuple[str, ...]) -> str:
+    return f"[{','.join(extras)}]" if extras else ""
 
 
 def _req_name(text: str) -> str:
@@ -350,7 +382,7 @@ def _finish(cell: Cell, key: str, items: Mapping[str, _Item],
         return Resolution(cell=cell.id, key=key, conflicts=tuple(conflicts))
     # pip judged markers by its own interpreter: what only that interpreter needs goes.
     wanted = boundary.reachable(graph, roots, boundary.marker_environment(cell),
-                                boundary.dropped_edges(cell))
+                                boundary.dropped_edges(cell), root_extras=index_extras(cell))
     closure = tuple(_with_real_file(_resolved(n, items[n], provided.get(n)), rewritten.get(n))
                     for n in sorted(items) if n in wanted)
     return Resolution(cell=cell.id, key=key, closure=closure)
@@ -389,7 +421,7 @@ def _missing_for_target(
     left out: pip evaluates markers with the interpreter running it, not the target's."""
     env = boundary.marker_environment(cell)
     cut = boundary.dropped_edges(cell)
-    extras = boundary.reachable(graph, roots, env, cut)
+    extras = boundary.reachable(graph, roots, env, cut, root_extras=index_extras(cell))
     found = []
     for name in sorted(extras):
         for req in boundary.applicable_with_extras(graph[name].requires, env, extras[name]):

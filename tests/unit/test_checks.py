@@ -305,6 +305,20 @@ def test_upstream_flash_attention_for_another_torch_fails(cuda):
     assert violation.found.startswith("torch 2.9 in the label")
 
 
+def test_a_pure_python_attention_wheel_needs_no_torch_label(cuda):
+    # FlashAttention 4 compiles its kernels at run time: no binary to build against a torch.
+    cell = replace(cuda, attention=pin("flash_attn_4-4.0.0b36-py3-none-any.whl"))
+    assert [v for v in check_cell(cell) if v.field == "attention.filename"] == []
+
+
+def test_an_unlabelled_binary_attention_wheel_is_still_warned(cuda):
+    # The shared sm_90 FA2 wheel: built against torch 2.11, and its name does not say so.
+    cell = replace(cuda, attention=pin(
+        "flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl"))
+    (warning,) = [v for v in warnings(cell) if v.field == "attention.filename"]
+    assert warning.expected.startswith("a label naming torch")
+
+
 def test_rocm_wheel_on_a_dtk_cell_is_one_error(dtk):
     cell = replace(dtk, attention=pin(f"flash_attn-2.8.3+rocm6.4-{M228}.whl"))
     violation = only_error(cell)

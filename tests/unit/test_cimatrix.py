@@ -125,8 +125,8 @@ def test_select_glob_and_platform_filter_report_what_they_left_out(shipped_cells
     reasons = {e.cell: e.reason for e in by_platform.excluded}
     assert reasons[CPU_CELL] == "platform cpu not selected by --platform cuda"
     assert {(j.cell, j.variant) for j in by_platform.jobs} == {
-        ("cuda128-sm90-torch280-py312", "stable"),
-        ("cuda128-sm90-torch280-py312", "enhanced"),
+        ("cuda130-sm90-torch2110-py311", "stable"),
+        ("cuda130-sm90-torch2110-py311", "enhanced"),
     }
 
 

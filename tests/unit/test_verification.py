@@ -52,7 +52,7 @@ def test_cpu_request_has_no_devices(shipped_cells, tmp_path: Path):
 
 
 def test_cuda_request_asks_for_gpus(shipped_cells, tmp_path: Path):
-    request = verify_request(shipped_cells["cuda128-sm90-torch280-py312"], "img", out_dir=tmp_path,
+    request = verify_request(shipped_cells["cuda130-sm90-torch2110-py311"], "img", out_dir=tmp_path,
                              levels="", dtype="auto")
     assert request.gpus == "all"
 

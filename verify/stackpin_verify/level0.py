@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from stackpin_verify import boundary, capability, environment
+from stackpin_verify import boundary, capability, environment, imports
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import Context
 
@@ -31,6 +31,7 @@ def run(ctx: Context) -> list[CheckResult]:
         ("L0.pins", lambda: check_pins(ctx), True),
         ("L0.dtk_env", lambda: check_dtk_env(ctx), True),
         ("L0.boundary", lambda: boundary.check_boundary(ctx), True),
+        ("L0.imports", lambda: imports.check_imports(ctx), True),
         ("L0.cgroup", check_cgroup, False),
     ]
     return [run_check(name, fn, required=req) for name, fn, req in checks]

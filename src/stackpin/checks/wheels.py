@@ -159,7 +159,10 @@ def _torch_in_label(ctx: Context, wheel: Wheel, info: WheelInfo) -> Iterator[Vio
     if wheel.path == "torch" or torch is None:
         return
     if info.torch is None:
-        if wheel.path == "attention":
+        # A pure-Python wheel (FlashAttention 4 compiles its kernels at run time) holds no
+        # binary built against any torch: there is nothing a label could name.
+        pure = info.abi_tag == "none" and info.platform_tag == "any"
+        if wheel.path == "attention" and not pure:
             yield ctx.violation(
                 f"{wheel.path}.filename", f"a label naming torch {torch}",
                 f"label {info.local}" if info.local else "no local label",
