@@ -32,6 +32,7 @@ OPTIONAL_DISTS = (
     "datasets",
     "unsloth",
     "flash_attn",
+    "flash-attn-4",
     "bitsandbytes",
 )
 

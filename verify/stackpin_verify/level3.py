@@ -4,7 +4,6 @@ float32, judged as flash-attention's own tests judge (attention.compare_attentio
 from __future__ import annotations
 
 import functools
-import importlib.util
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from stackpin_verify import capability
+from stackpin_verify import capability, flashpkg
 from stackpin_verify.attention import (
     AttnFn,
     compare_attention,
@@ -150,9 +149,7 @@ def _judged(
 
 
 def flash_wanted(ctx: Context) -> bool:
-    return ctx.image_field("attention") == "flash_attn" or (
-        importlib.util.find_spec("flash_attn") is not None
-    )
+    return flashpkg.discover(ctx.image_field("attention")) is not None
 
 
 def run_flash(ctx: Context) -> list[CheckResult]:
@@ -185,22 +182,28 @@ def _skip(reason: str) -> Metrics:
 def check_flash_import(ctx: Context) -> Metrics:
     if not ctx.accelerated:
         msg = "no accelerator: FlashAttention runs on GPUs only"
-        if ctx.image_field("attention") == "flash_attn":
-            raise CheckFailed(msg + ", but the image's attention is flash_attn")
+        if flashpkg.declared(ctx.image_field("attention")):
+            declared = ctx.image_field("attention")
+            msg_0 = f"{msg}, but the image's attention is {declared}"
+            raise CheckFailed(msg_0)
         raise Skip(msg)
-    if importlib.util.find_spec("flash_attn") is None:
-        msg = "image attention is flash_attn but flash_attn is not installed"
+    name = flashpkg.discover(ctx.image_field("attention"))
+    if name is None or not flashpkg.installed(name):
+        msg = f"image attention is {ctx.image_field('attention')} but it is not installed"
         raise CheckFailed(msg)
     arch = capability.device_arch(ctx.device)
     unsupported = capability.flash_unsupported(arch)
     if unsupported:
         raise CheckFailed(unsupported)
     module = _flash(ctx)
-    return {"version": str(getattr(module, "__version__", "unknown")), "arch": arch}
+    return {"version": str(getattr(module, "__version__", "unknown")), "arch": arch,
+            "package": name}
 
 
 def _flash(ctx: Context) -> ModuleType:
-    return ctx.need_module("flash_attn", dist="flash-attn")
+    name = flashpkg.discover(ctx.image_field("attention")) or "flash_attn"
+    ctx.need_module(name, dist=flashpkg.PACKAGES[name])
+    return flashpkg.load(name)
 
 
 def varlen_lengths(seqlen: int) -> list[int]:

@@ -1,0 +1,24 @@
+"""L0.torch_version: the installed torch's metadata against the pin, exactly; the imported
+torch against that distribution's release (PyPI's CUDA builds add +cu130 at run time)."""
+
+from __future__ import annotations
+
+import verify_helpers  # noqa: F401 - puts verify/ on the path
+
+from stackpin_verify.level0 import judge_torch_runtime, judge_torch_version
+
+
+def test_pypi_cuda_torch_passes_with_its_runtime_label() -> None:
+    assert judge_torch_version("2.11.0", "2.11.0") is None
+    assert judge_torch_runtime("2.11.0+cu130", "2.11.0") is None
+
+
+def test_a_generic_torch_in_place_of_the_vendor_build_still_fails() -> None:
+    reason = judge_torch_version("2.9.0", "2.9.0+das.opt1.dtk2604")
+    assert reason is not None and "'<none>' vs pinned 'das.opt1.dtk2604'" in reason
+
+
+def test_an_imported_torch_of_another_release_fails() -> None:
+    # A torch on sys.path ahead of the installed one (PYTHONPATH, a stray folder).
+    assert judge_torch_runtime("2.10.0+cu128", "2.11.0") == (
+        "the imported torch is 2.10.0+cu128, the installed distribution 2.11.0")
