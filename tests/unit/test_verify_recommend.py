@@ -15,7 +15,7 @@ import verify_helpers
 from stackpin_verify import attn_package, attn_timing, bench, recommend, report, schema, step_timing
 from stackpin_verify.checks import CheckFailed, CheckResult, Skip, run_check
 
-FA4 = "FlashAttention 4 (flash_attn.cute, flash-attn-4 4.0.0b36)"
+FA4 = "flash-attn-4 4.0.0b36 (FlashAttention 4)"
 CPU = torch.device("cpu")
 
 
@@ -70,7 +70,7 @@ def test_faster_training_step_recommends_enhanced_with_the_numbers():
     assert found["decided_by"] == recommend.TRAIN_STEP
     assert found["enhanced_over_stable"] == pytest.approx(0.88)
     assert found["line"] == (
-        f"enhanced: {FA4} is 12% faster here: LoRA training step 0.88x stable's time "
+        f"enhanced: 12% faster here with {FA4}: LoRA training step 0.88x stable's time "
         "(attention forward+backward 0.85x, attention forward 0.90x)"
     )
     assert found["numbers"] == {
@@ -86,9 +86,13 @@ def test_faster_training_step_recommends_enhanced_with_the_numbers():
 def test_slower_enhanced_recommends_stable_and_the_enhanced_report_carries_a_note():
     found = _decide(_step(1.3), _attention(1.41, fwd=1.28))
     assert found["choice"] == "stable"
-    assert found["line"].startswith("stable: enhanced (" + FA4 + ") is 30% slower here: ")
+    assert found["line"] == (
+        f"stable: the enhanced variant with {FA4} is 30% slower here: LoRA training step 1.30x "
+        "stable's time (attention forward+backward 1.41x, attention forward 1.28x)"
+    )
     assert found["note"] == (
-        "NOTE: the enhanced variant is the wrong choice on this device; " + found["line"]
+        "NOTE: use the stable variant here: the enhanced variant is no gain, it is slower than "
+        "stable on this device (LoRA training step 1.30x)"
     )
 
 
@@ -105,7 +109,9 @@ def test_ties_within_the_band_are_either(ratio, choice):
     found = _decide(_step(ratio))
     assert found["choice"] == choice
     if choice == "either":
-        assert found["line"].startswith(f"either: enhanced ({FA4}) is within 3% of stable here")
+        assert found["line"].startswith(
+            f"either: the enhanced variant with {FA4} is within 3% of stable here"
+        )
         assert found["note"] is None
 
 
@@ -153,7 +159,10 @@ def test_enhanced_failing_recommends_stable_even_when_the_other_check_was_faster
         "stable: the enhanced variant's attention cannot run here "
         "(L3.variants.attention: 2 of 16 shapes failed; s4096: boom)"
     )
-    assert found["note"] is not None
+    assert found["note"] == (
+        "NOTE: use the stable variant here: the enhanced variant is no gain, its attention "
+        "cannot run on this device"
+    )
 
 
 def test_stable_failing_recommends_enhanced_and_both_failing_is_unsupported():
@@ -191,12 +200,12 @@ def test_the_summary_ends_with_the_recommendation_and_the_note():
     found = _decide(_attention(1.41, fwd=1.28), _step(1.3))
     table = report.summary_table(_report(found)).splitlines()
     assert table[-2] == (
-        f"recommendation: stable: enhanced ({FA4}) is 30% slower here: LoRA training step "
-        "1.30x stable's time (attention forward+backward 1.41x, attention forward 1.28x)"
+        f"recommendation: stable: the enhanced variant with {FA4} is 30% slower here: LoRA "
+        "training step 1.30x stable's time (attention forward+backward 1.41x, attention "
+        "forward 1.28x)"
     )
-    assert table[-1] == "NOTE: the enhanced variant is the wrong choice on this device; " + (
-        table[-2].removeprefix("recommendation: ")
-    )
+    assert table[-1] == found["note"]
+    assert table[-1].startswith("NOTE: use the stable variant here")
     assert any("FAIL (optional)" in line and "L3.variants.attention" in line for line in table)
 
 

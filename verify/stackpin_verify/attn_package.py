@@ -44,7 +44,7 @@ class AttentionPackage:
 
     @property
     def label(self) -> str:
-        return f"{self.title} ({self.module}, {self.dist} {self.version})"
+        return f"{self.dist} {self.version} ({self.title})"
 
     def attend(
         self,

@@ -102,15 +102,17 @@ def recommend(
     failed = _failure(evidence)
     if failed is not None:
         choice, line = failed
-        return _result(choice, line, numbers=numbers, package=package, variant=variant)
+        why = "its attention cannot run on this device"
+        return _result(choice, line, numbers=numbers, package=package, variant=variant, why=why)
     decider = next((e for e in evidence if e.ratio is not None and _is_decider(e)), None)
     if decider is None:
         return _result("unsupported", "unsupported: " + _why_unmeasured(evidence))
     assert decider.ratio is not None
     choice = _choose(decider.ratio)
     line = _line(choice, decider, evidence, package)
+    why = f"it is slower than stable on this device ({decider.what} {decider.ratio:.2f}x)"
     return _result(choice, line, numbers=numbers, package=package, variant=variant,
-                   ratio=decider.ratio, decided_by=decider.check)
+                   ratio=decider.ratio, decided_by=decider.check, why=why)
 
 
 def _is_decider(e: Evidence) -> bool:
@@ -163,14 +165,17 @@ def _line(choice: str, decider: Evidence, evidence: Sequence[Evidence], package:
         if e.ratio is not None and e is not decider
     ]
     rest = f" ({', '.join(others)})" if others else ""
-    pkg = package or "the attention package"
+    pkg = package or "its attention package"
     if choice == "enhanced":
-        return f"enhanced: {pkg} is {1 - ratio:.0%} faster here: {measured}{rest}"
+        return f"enhanced: {1 - ratio:.0%} faster here with {pkg}: {measured}{rest}"
     if choice == "stable":
-        return f"stable: enhanced ({pkg}) is {ratio - 1:.0%} slower here: {measured}{rest}"
+        return (
+            f"stable: the enhanced variant with {pkg} is {ratio - 1:.0%} slower here: "
+            f"{measured}{rest}"
+        )
     return (
-        f"either: enhanced ({pkg}) is within {TIE_BAND:.0%} of stable here: {measured}{rest}; "
-        "stable has fewer parts"
+        f"either: the enhanced variant with {pkg} is within {TIE_BAND:.0%} of stable here: "
+        f"{measured}{rest}; stable has fewer parts"
     )
 
 
@@ -193,11 +198,12 @@ def _result(
     variant: str | None = None,
     ratio: float | None = None,
     decided_by: str | None = None,
+    why: str = "",
 ) -> dict[str, Any]:
     return {
         "choice": choice,
         "line": line,
-        "note": _note(choice, line, variant),
+        "note": _note(choice, why, variant),
         "enhanced_over_stable": ratio,
         "decided_by": decided_by,
         "package": package,
@@ -206,9 +212,9 @@ def _result(
     }
 
 
-def _note(choice: str, line: str, variant: str | None) -> str | None:
+def _note(choice: str, why: str, variant: str | None) -> str | None:
     """The one line an enhanced report (or a bare host with the package) shows when the
     package makes things slower or cannot run: never left to a quiet pass."""
     if choice != "stable" or variant == "stable":
         return None
-    return "NOTE: the enhanced variant is the wrong choice on this device; " + line
+    return f"NOTE: use the stable variant here: the enhanced variant is no gain, {why}"

@@ -19,6 +19,8 @@ from stackpin_verify.checks import CheckResult
 
 # Metrics shown in the table's "key" column, first present wins.
 _KEY_METRICS = (
+    "enhanced_over_stable",
+    "enhanced_over_stable_fwd_bwd",
     "tflops",
     "speedup_vs_sdpa",
     "max_abs_diff",
