@@ -4,6 +4,7 @@ stand-in attention package, and the report lines a person reads."""
 from __future__ import annotations
 
 import importlib.metadata
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import verify_helpers
+from tests.golden_files import assert_golden
 
 from stackpin_verify import attn_package, attn_timing, bench, recommend, report, schema, step_timing
 from stackpin_verify.checks import CheckFailed, CheckResult, Skip, run_check
@@ -207,6 +209,17 @@ def test_the_summary_ends_with_the_recommendation_and_the_note():
     assert table[-1] == found["note"]
     assert table[-1].startswith("NOTE: use the stable variant here")
     assert any("FAIL (optional)" in line and "L3.variants.attention" in line for line in table)
+
+
+def test_golden_summary_of_an_enhanced_report_that_is_slower():
+    # The hand-written H200 fixture the grid tests use (its recommendation computed by
+    # recommend.recommend from its checks).
+    path = verify_helpers.ROOT / "tests/unit/fixtures/reports/cuda-h200-enhanced-fa2.json"
+    fixture = json.loads(path.read_text(encoding="utf-8"))
+    assert fixture["recommendation"] == recommend.recommend(
+        [CheckResult(**c) for c in fixture["checks"]], accelerated=True, variant="enhanced"
+    )
+    assert_golden("verify/summary-enhanced-slower.txt", report.summary_table(fixture) + "\n")
 
 
 def test_reports_with_every_kind_of_recommendation_match_the_schema():

@@ -13,6 +13,7 @@ whatever the attention computes.
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ class SpeedModel:
     seqlen: int = 4096
 
     def config(self, implementation: str) -> Any:
-        config = tinylm._transformers("Qwen2Config")(
+        config = _transformers("Qwen2Config")(
             vocab_size=self.vocab,
             hidden_size=self.hidden,
             intermediate_size=self.intermediate,
@@ -141,8 +142,13 @@ def judge(metrics: Metrics) -> None:
 
 def register(package: attn_package.AttentionPackage) -> None:
     """Make ``package`` transformers' attention named ENHANCED_IMPLEMENTATION."""
-    interface = tinylm._transformers("AttentionInterface")
+    interface = _transformers("AttentionInterface")
     interface.register(ENHANCED_IMPLEMENTATION, attention_function(package))
+
+
+def _transformers(name: str) -> Any:
+    """A transformers class, typed Any: its stubs vary between the versions images pin."""
+    return getattr(importlib.import_module("transformers"), name)
 
 
 def attention_function(package: attn_package.AttentionPackage) -> Callable[..., Any]:
