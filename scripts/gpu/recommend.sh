@@ -48,10 +48,11 @@ except attn_package.PackageBroken as exc:
     print("attention package broken:", exc)
 PY
   echo "== L3 + L5 with the stable-versus-enhanced timings"
-  echo "+ PYTHONPATH=$SITE:verify $PYTHON -m stackpin_verify --levels 3,5 --image-info $IMAGE_INFO --out-dir $DIR"
+  # bf16 only: the dtype the cells train in, and half of L3's correctness cases (cheaper).
+  echo "+ PYTHONPATH=$SITE:verify $PYTHON -m stackpin_verify --levels 3,5 --dtype bf16 --image-info $IMAGE_INFO --out-dir $DIR"
   PYTHONPATH="$SITE:verify" timeout 420 "$PYTHON" -c \
     "import runpy, site, sys; site.addsitedir(sys.argv.pop(1)); sys.argv[0] = 'stackpin_verify'; runpy.run_module('stackpin_verify', run_name='__main__', alter_sys=True)" \
-    "$SITE" --levels 3,5 --image-info "$IMAGE_INFO" --out-dir "$DIR"
+    "$SITE" --levels 3,5 --dtype bf16 --image-info "$IMAGE_INFO" --out-dir "$DIR"
   echo "rc=$?"
   echo "== the numbers the recommendation rests on"
   "$PYTHON" - "$DIR/report.json" <<'PY'
