@@ -375,6 +375,23 @@ def test_a_wrong_or_failing_package_is_the_enhanced_side_failing(recorder, error
     )["choice"] == "stable"
 
 
+def test_both_sides_failing_keeps_both_errors():
+    def broken_sdpa(*args: Any, **kwargs: Any) -> torch.Tensor:
+        msg = "no kernel image is available (SDPA)"
+        raise RuntimeError(msg)
+
+    cases = [attn_timing.Shape(64, 32, True, "fwd", tokens=64)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(attn_timing, "sdpa", broken_sdpa)
+        with pytest.raises(CheckFailed) as failed:
+            attn_timing.compare(Recorder(fail=True).package(), cases, CPU, torch.float32,
+                                _timer(iter([1.0] * 4)))
+    row = failed.value.metrics["cases"][0]
+    assert failed.value.metrics["failed_side"] == row["failed_side"] == "both"
+    assert row["error"].startswith("enhanced: RuntimeError: no kernel image")
+    assert "; stable: RuntimeError: no kernel image is available (SDPA)" in row["error"]
+
+
 def _raise(exc: Exception) -> dict[str, Any]:
     raise exc
 
