@@ -411,6 +411,20 @@ def test_the_cpu_timer_is_not_called_do_bench_and_runs_the_function():
     assert len(calls) >= 5
 
 
+def test_do_bench_is_the_timer_wherever_triton_offers_it():
+    seen: list[torch.device] = []
+
+    def offered(device: torch.device) -> Any:
+        seen.append(device)
+        return lambda fn: 0.25
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bench.level1, "triton_bench", offered)
+        timer = bench.select_timer(CPU)
+    assert (timer.name, timer.time_ms(lambda: None), seen) == (
+        "triton.testing.do_bench", 0.25, [CPU])
+
+
 TINY = step_timing.SpeedModel(hidden=64, heads=4, kv_heads=2, intermediate=128, layers=1,
                               vocab=64, batch=2, seqlen=16)
 
