@@ -10,15 +10,19 @@
 #
 # Environment: OUT (results; the device tool sets it), SITE (where the attention package
 # and its closure were installed, default /tmp/site), PYTHON (default python3; a venv's
-# python works too), IMAGE_INFO (default scripts/gpu/image-h200-fa.json: the host stack
-# described as an enhanced image, labelled a bare GPU host, never a cell's lock).
+# python works too), IMAGE_INFO (default: scripts/gpu/image-h200-fa4.json when $SITE holds
+# flash-attn-4, else image-h200-fa.json: the host stack described as an enhanced image,
+# labelled a bare GPU host, never a cell's lock; the image.json of a replayed lock for item 2).
 # Writes $OUT/recommend/report.{json,xml} and $OUT/recommend/run.log.
 set -uo pipefail
 . scripts/gpu/env.sh
 OUT=${OUT:-/tmp/stackpin-evidence}
 SITE=${SITE:-/tmp/site}
 PYTHON=${PYTHON:-python3}
-IMAGE_INFO=${IMAGE_INFO:-scripts/gpu/image-h200-fa.json}
+if [ -z "${IMAGE_INFO:-}" ]; then
+  IMAGE_INFO=scripts/gpu/image-h200-fa.json
+  ls -d "$SITE"/flash_attn_4-*.dist-info >/dev/null 2>&1 && IMAGE_INFO=scripts/gpu/image-h200-fa4.json
+fi
 DIR="$OUT/recommend"
 mkdir -p "$DIR" "$SITE"
 

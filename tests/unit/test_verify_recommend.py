@@ -230,6 +230,9 @@ def test_reports_with_every_kind_of_recommendation_match_the_schema():
     bad = _report({**kinds[0], "choice": "faster"})
     assert any("choice" in e for e in schema.validate(bad, schema.load_schema()))
     assert schema.validate(_report(None), schema.load_schema()) == []
+    fa4_image = _report(kinds[0])
+    fa4_image["image"]["attention"] = "flash_attn.cute"  # what render writes for flash-attn-4
+    assert schema.validate(fa4_image, schema.load_schema()) == []
 
 
 # --- finding the package ----------------------------------------------------------------
@@ -273,9 +276,19 @@ def test_an_installed_package_that_does_not_import_is_broken():
 def test_for_timing_skips_a_stable_image_and_fails_an_enhanced_one_without_its_package():
     with pytest.raises(Skip, match="no attention package"):
         attn_package.for_timing("sdpa", recommend.NO_PACKAGE, find=lambda: None)
-    with pytest.raises(CheckFailed, match="attention is flash_attn") as failed:
-        attn_package.for_timing("flash_attn", recommend.NO_PACKAGE, find=lambda: None)
+    with pytest.raises(CheckFailed, match=r"attention is flash_attn\.cute but no") as failed:
+        attn_package.for_timing("flash_attn.cute", recommend.NO_PACKAGE, find=lambda: None)
     assert failed.value.metrics == {"failed_side": "enhanced"}
+
+
+def test_for_timing_fails_when_the_installed_package_is_not_the_declared_one():
+    fa2 = attn_package.AttentionPackage("flash-attn", "2.8.3.post2", "flash_attn",
+                                        "FlashAttention 2", _Module("flash_attn").flash_attn_func)
+    with pytest.raises(CheckFailed, match=r"is flash_attn\.cute but the installed one is "
+                                          r"flash-attn 2\.8\.3\.post2"):
+        attn_package.for_timing("flash_attn.cute", recommend.NO_PACKAGE, find=lambda: fa2)
+    assert attn_package.for_timing("flash_attn", recommend.NO_PACKAGE, find=lambda: fa2) is fa2
+    assert attn_package.for_timing("", recommend.NO_PACKAGE, find=lambda: fa2) is fa2
 
 
 def test_attend_takes_the_output_out_of_fa4s_tuple():

@@ -70,7 +70,8 @@ def discover(
     installed and its function does not import (the enhanced variant cannot run)."""
     for dist, module, title in CANDIDATES:
         try:
-            version = dist_version(dist)
+            # None where the dist-info holds no METADATA (a half-copied install).
+            version = dist_version(dist) or "(no version in its metadata)"
         except importlib.metadata.PackageNotFoundError:
             continue
         try:
@@ -88,16 +89,21 @@ def discover(
 def for_timing(
     image_attention: str, no_package: str, find: Callable[[], AttentionPackage | None] = discover
 ) -> AttentionPackage:
-    """The package to time against SDPA. An image that declares FlashAttention without a
-    working one fails on the enhanced side; an image without one (stable) has nothing to
-    time, which ``no_package`` says."""
+    """The package to time against SDPA. ``image_attention`` is image.json's module
+    (``flash_attn``, ``flash_attn.cute``; ``sdpa`` or empty for none). An image that declares
+    one and holds no working one, or another, fails on the enhanced side; an image without
+    one (stable) has nothing to time, which ``no_package`` says."""
+    declared = image_attention not in ("", "sdpa")
     try:
         package = find()
     except PackageBroken as exc:
         raise CheckFailed(str(exc), {"failed_side": "enhanced"}) from exc
-    if package is not None:
-        return package
-    if image_attention == "flash_attn":
-        msg = "the image's attention is flash_attn but no FlashAttention distribution is installed"
+    if package is None and not declared:
+        raise Skip(no_package)
+    if package is None:
+        msg = f"the image's attention is {image_attention} but no FlashAttention is installed"
         raise CheckFailed(msg, {"failed_side": "enhanced"})
-    raise Skip(no_package)
+    if declared and package.module != image_attention:
+        msg = f"the image's attention is {image_attention} but the installed one is {package.label}"
+        raise CheckFailed(msg, {"failed_side": "enhanced", "package": package.label})
+    return package
