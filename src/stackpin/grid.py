@@ -84,6 +84,7 @@ def render_json(grid: Grid) -> str:
             "counts": {s: r.count(s) for s in STATUSES},
             "versions": dict(r.versions),
             "numbers": dict(r.numbers),
+            "recommendation": _advice_json(r),
             "checks": {
                 n: {"status": c.status, "reason": c.reason, "required": c.required,
                     **({"was": c.was} if c.was else {})}
@@ -103,6 +104,21 @@ def render_json(grid: Grid) -> str:
         "regressions": len(grid.regressions),
     }
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def _advice_json(row: Row) -> dict[str, str] | None:
+    advice = row.advice
+    if advice is None:
+        return None
+    return {"choice": advice.choice, "line": advice.line, "note": advice.note}
+
+
+def _advice_short(row: Row) -> str:
+    return row.advice.short if row.advice is not None else ""
+
+
+def _advised(grid: Grid) -> list[Row]:
+    return [r for r in grid.rows if r.advice is not None]
 
 
 # --- Markdown ------------------------------------------------------------------------
@@ -167,6 +183,7 @@ def render_markdown(grid: Grid) -> str:
         for row in grid.rows:
             cells = [_md_cell(row.checks.get(c.name), row, notes) for c in cols]
             lines.append(f"| {_md_escape(row.label)} | " + " | ".join(cells) + " |")
+    lines += _md_advice(grid)
     lines += _md_changes(grid)
     if notes.numbers:
         lines += ["", *notes.lines()]
@@ -175,7 +192,7 @@ def render_markdown(grid: Grid) -> str:
 
 def _md_summary(grid: Grid) -> list[str]:
     head = ["row", "result", "pass", "fail", "skip", *VERSION_KEYS,
-            *(label for label, _ in NUMBERS.values())]
+            *(label for label, _ in NUMBERS.values()), "recommendation"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for row in grid.rows:
         result = {"fail": "**FAIL**", NOT_RUN: "*not run*"}.get(row.result, row.result)
@@ -188,8 +205,23 @@ def _md_summary(grid: Grid) -> list[str]:
             if change is not None:
                 text += (" ▼ " if change.worse else " △ ") + f"was {change.old}"
             numbers.append(_md_escape(text))
-        cells = [_md_escape(row.label), result, *counts, *versions, *numbers]
+        cells = [_md_escape(row.label), result, *counts, *versions, *numbers,
+                 _md_escape(_advice_short(row))]
         lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _md_advice(grid: Grid) -> list[str]:
+    """Each row's recommendation in full; a note (enhanced is the wrong choice) in bold."""
+    rows = _advised(grid)
+    if not rows:
+        return []
+    lines = ["", "## Stable versus enhanced", ""]
+    for row in rows:
+        assert row.advice is not None
+        lines.append(f"- {_md_escape(row.label)}: {_md_escape(row.advice.line)}")
+        if row.advice.note:
+            lines.append(f"  **{_md_escape(row.advice.note)}**")
     return lines
 
 
@@ -231,6 +263,7 @@ table.grid td{min-width:14px;padding:2px 3px}
 td.worse,span.worse{outline:3px solid #c00;outline-offset:-3px}
 td.better{outline:2px dashed #2a7;outline-offset:-2px}
 td.num{text-align:right}
+td.note,strong.note{background:#fde8c8;color:#7a4a00}
 ul.legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:12px;margin:6px 0}
 ul.legend li span{display:inline-block;padding:0 6px;border:1px solid #c8ccd0}
 section.changes li.worse{color:#8a1010}
@@ -273,7 +306,7 @@ def _row_header(row: Row) -> str:
 
 def _html_summary(grid: Grid) -> list[str]:
     head = ["row", "result", "pass", "fail", "skip", *VERSION_KEYS,
-            *(label for label, _ in NUMBERS.values()), "host"]
+            *(label for label, _ in NUMBERS.values()), "recommendation", "host"]
     lines = ['<table class="summary" id="summary"><thead><tr>']
     lines.append("".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>")
     for row in grid.rows:
@@ -284,6 +317,8 @@ def _html_summary(grid: Grid) -> list[str]:
             *(_td(str(row.count(s)) if row.ran else "", "num") for s in STATUSES),
             *(_td(row.versions.get(k, ""), "") for k in VERSION_KEYS),
             *(_html_number(grid, row, k) for k in NUMBERS),
+            _td(_advice_short(row), "note" if row.advice and row.advice.note else "",
+                row.advice.line if row.advice else ""),
             _td(row.host, ""),
         ]
         lines.append(f'<tr id="summary-{html.escape(row.id)}">' + "".join(cells) + "</tr>")
@@ -346,10 +381,25 @@ def render_html(grid: Grid) -> str:
         *_html_grid(grid),
         "<h2>Versions and key numbers</h2>",
         *_html_summary(grid),
+        *_html_advice(grid),
         *_html_changes(grid),
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def _html_advice(grid: Grid) -> list[str]:
+    rows = _advised(grid)
+    if not rows:
+        return []
+    items = []
+    for row in rows:
+        assert row.advice is not None
+        note = (f'<br><strong class="note">{html.escape(row.advice.note)}</strong>'
+                if row.advice.note else "")
+        items.append(f"<li>{html.escape(row.label)}: {html.escape(row.advice.line)}{note}</li>")
+    return ['<section class="advice"><h2>Stable versus enhanced</h2><ul>', *items,
+            "</ul></section>"]
 
 
 def _html_changes(grid: Grid) -> list[str]:
@@ -394,7 +444,8 @@ def _junit_suite(grid: Grid, row: Row) -> ET.Element:
     if row.host:
         suite.set("hostname", row.host)
     props = ET.SubElement(suite, "properties")
-    for key, value in [("source", row.source), *sorted(row.versions.items())]:
+    advice = [("recommendation", row.advice.line)] if row.advice else []
+    for key, value in [("source", row.source), *sorted(row.versions.items()), *advice]:
         if value:
             ET.SubElement(props, "property", name=key, value=value)
     classname = row.id.replace("/", ".")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from stackpin import recommendation
 from stackpin.errors import VerificationError
 from stackpin.matrix import VARIANTS, Cell, Variant
 from stackpin.shapes import (
@@ -60,6 +61,8 @@ NUMBERS = {
     "flash_vs_sdpa_default": ("FlashAttention speed-up vs SDPA default kernel", 1),
     "flash_vs_sdpa_math": ("FlashAttention speed-up vs SDPA math path", 1),
     "loss_drop": ("LoRA loss drop", 1),
+    # The recommendation's deciding ratio: lower is a faster enhanced variant.
+    recommendation.NUMBER: ("enhanced time / stable time", -1),
 }
 # How good a status is; lower after than before means the check got worse
 # (pass->fail, pass->skip, present->missing).
@@ -97,6 +100,7 @@ class Row:
     gemm_check: str = ""
     loss: tuple[float, float] | None = None
     checks: Mapping[str, Check] = field(default_factory=dict)
+    advice: recommendation.Advice | None = None
 
     @property
     def result(self) -> str:
@@ -182,7 +186,8 @@ _REPORT = obj({
     "versions": mapping(scalar),
     "summary": obj({"required_failed": integer(0, 1 << 31)}),
     "checks": array(_CHECK, limit=100_000),
-}, optional_keys=("created", "backend", "host", "image", "versions", "summary"))
+    "recommendation": optional(recommendation.SHAPE),
+}, optional_keys=("created", "backend", "host", "image", "versions", "summary", "recommendation"))
 _GRID = obj({
     "schema": text(limit=64),
     "rows": array(obj({
@@ -237,6 +242,7 @@ def parse_report(source: str, data_text: str | bytes) -> Row:
         backend=str(data.get("backend", "")),
         versions={k: str(versions[k]) for k in VERSION_KEYS if versions.get(k) is not None},
         checks=checks,
+        advice=recommendation.parse(data),
     )
     return _with_numbers(_with_identity(row, data.get("image"), source), metrics)
 
@@ -314,6 +320,8 @@ def _with_numbers(row: Row, metrics: Mapping[str, Mapping[str, Any]]) -> Row:
     loss = (first, last) if first is not None and last is not None else None
     if loss and loss[0] > 0:
         numbers["loss_drop"] = (loss[0] - loss[1]) / loss[0]
+    if row.advice is not None and row.advice.ratio is not None:
+        numbers[recommendation.NUMBER] = row.advice.ratio
     return replace(row, numbers=numbers, gemm_check=gemm_check, loss=loss)
 
 
@@ -499,6 +507,9 @@ _RATE_METRICS = (
     "speedup_vs_sdpa_math",
     "speedup_vs_sdpa",
     "tokens_per_s",
+    "enhanced_over_stable",
+    "enhanced_over_stable_fwd_bwd",
+    "enhanced_over_stable_fwd",
 )
 
 
@@ -514,6 +525,10 @@ def diff_reports(before: dict[str, Any], after: dict[str, Any]) -> list[Differen
     new_checks = {c["name"]: c for c in after.get("checks", [])}
     for name in sorted(set(old_checks) | set(new_checks)):
         changes += _check_changes(name, old_checks.get(name), new_checks.get(name))
+    for change in recommendation.diff(before, after):
+        name = "recommendation" + ("" if change.kind == "choice" else f".{recommendation.NUMBER}")
+        changes.append(Difference(kind=change.kind, name=name, before=change.before,
+                                  after=change.after, note=change.note))
     return changes
 
 

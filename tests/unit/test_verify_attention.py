@@ -453,7 +453,7 @@ def test_flash_image_without_an_accelerator_fails_the_import_gate():
 
 def test_sdpa_image_without_flash_attn_skips_flash(monkeypatch):
     monkeypatch.setitem(sys.modules, "flash_attn", None)
-    monkeypatch.setattr(level3.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(level3.flashpkg, "installed", lambda name: False)
     [result] = level3.run_flash(verify_helpers.cpu_context(verify_helpers.image_info()))
     assert (result.name, result.status) == ("L3.flash", "skip")
 

@@ -41,7 +41,11 @@ def test_installed_numpy1_passes_the_same_constraint():
 
 
 def test_torch_local_label_differing_from_the_pin_fails(monkeypatch):
+    # pip swapped the vendor torch for an index build: both its metadata and its
+    # runtime version say so.
     monkeypatch.setattr(torch, "__version__", "2.9.0+cu121")
+    monkeypatch.setattr(level0.environment, "dist_version",
+                        lambda dist: "2.9.0+cu121" if dist == "torch" else None)
     image = verify_helpers.image_info(torch="2.9.0+das.opt1.dtk2604", platform="dtk")
     ctx = verify_helpers.cpu_context(image)
     result = run_check("L0.torch_version", functools.partial(level0.check_torch_version, ctx))

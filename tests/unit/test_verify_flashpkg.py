@@ -31,13 +31,16 @@ def fa4_like(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, 
         "    CALLS.append({'qv': qv, 'cu_q': cu_seqlens_q, 'cu_k': cu_seqlens_k,\n"
         "                  'max_q': max_seqlen_q, 'max_k': max_seqlen_k, 'causal': causal})\n"
         "    return ('out', None)\n")
+    info = tmp_path / "flash_attn_4-4.0.0b36.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: flash-attn-4\nVersion: 4.0.0b36\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in [m for m in sys.modules if m == "flash_attn" or m.startswith("flash_attn.")]:
         monkeypatch.delitem(sys.modules, name)
     return calls
 
 
-def test_fa4_is_found_where_flash_attn_is_only_a_namespace(tmp_path, monkeypatch) -> None:
+def test_fa4_is_found_by_its_distribution(tmp_path, monkeypatch) -> None:
     fa4_like(tmp_path, monkeypatch)
     assert flashpkg.discover("sdpa") == "flash_attn.cute"
     assert flashpkg.discover("flash_attn.cute") == "flash_attn.cute"

@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return _emit(result, args, {})
     # torch and the levels load only after the arguments parsed: usage errors stay instant.
-    from stackpin_verify import capability
+    from stackpin_verify import capability, recommend
     from stackpin_verify.runner import make_context, run_levels
 
     ctx = make_context(image_path=image_path, dtype_choice=args.dtype)
@@ -111,6 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         devices=environment.devices(),
         duration_s=time.perf_counter() - start,
         device=capability.device_report(ctx.device),
+        recommendation=recommend.recommend(
+            checks, accelerated=ctx.accelerated, variant=(ctx.image or {}).get("variant")
+        ),
     )
     return _emit(result, args, durations)
 

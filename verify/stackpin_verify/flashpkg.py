@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import importlib.util
 import types
 from collections.abc import Callable
 from typing import Any
 
-# Import name -> distribution (image.json's "attention" names the module).
-PACKAGES = {"flash_attn": "flash-attn", "flash_attn.cute": "flash-attn-4"}
+from stackpin_verify import attn_package
+
+# Import name -> distribution, from the one table of attention packages (attn_package).
+PACKAGES = {module: dist for dist, module, _title in attn_package.CANDIDATES}
 
 
 def declared(attention: str) -> bool:
@@ -26,24 +27,21 @@ def declared(attention: str) -> bool:
 
 
 def installed(name: str) -> bool:
+    """Whether the distribution behind module ``name`` is installed (FA2 wheels ship a
+    ``cute`` folder too, so the module alone cannot tell the packages apart)."""
     try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:  # a dotted name whose parent is absent
+        importlib.metadata.version(PACKAGES[name])
+    except (importlib.metadata.PackageNotFoundError, KeyError):
         return False
+    return True
 
 
 def discover(attention: str) -> str | None:
-    """The module to use: the declared one, else what is installed (a bare GPU host).
-
-    FlashAttention 4 installs ``flash_attn`` as a namespace holding only ``cute``, so a
-    found ``flash_attn`` is FlashAttention 2 only when it has a module file of its own.
-    """
+    """The module to use: the declared one, else the first installed candidate (a bare GPU
+    host), in attn_package's order of preference."""
     if declared(attention):
         return attention
-    spec = importlib.util.find_spec("flash_attn") if installed("flash_attn") else None
-    if spec is not None and spec.origin not in (None, "namespace"):
-        return "flash_attn"
-    return "flash_attn.cute" if installed("flash_attn.cute") else None
+    return next((module for module in PACKAGES if installed(module)), None)
 
 
 def _out(result: Any) -> Any:

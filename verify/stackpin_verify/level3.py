@@ -12,7 +12,7 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from stackpin_verify import capability, flashpkg
+from stackpin_verify import attn_timing, capability, flashpkg
 from stackpin_verify.attention import (
     AttnFn,
     compare_attention,
@@ -76,6 +76,9 @@ def run(ctx: Context) -> list[CheckResult]:
             for case in cases(ctx, "sdpa")
         ]
         results.extend(run_flash(ctx))
+        # Stable versus enhanced: the package against SDPA's default backend (issue 20).
+        speed = functools.partial(attn_timing.check, ctx)
+        results.append(run_check(attn_timing.CHECK, speed, required=False))
     return results
 
 

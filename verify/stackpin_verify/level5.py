@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from stackpin_verify import tinylm, training
+from stackpin_verify import step_timing, tinylm, training
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import Context, tiny_work_threads
 
@@ -48,6 +48,8 @@ def run(ctx: Context) -> list[CheckResult]:
             run_check("L5.lora.recall", functools.partial(check_lora_recall, ctx)),
             run_check("L5.lora.adapter_roundtrip", functools.partial(check_adapter_roundtrip, ctx)),
             run_check("L5.full_step", functools.partial(check_full_step, ctx)),
+            # Stable versus enhanced: a step with each attention (issue 20).
+            run_check(step_timing.CHECK, functools.partial(step_timing.check, ctx), required=False),
         ]
     # Last: importing unsloth patches transformers for the rest of the process.
     results.append(run_check("L5.unsloth", functools.partial(check_unsloth, ctx), required=False))

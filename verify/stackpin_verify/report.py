@@ -19,6 +19,8 @@ from stackpin_verify.checks import CheckResult
 
 # Metrics shown in the table's "key" column, first present wins.
 _KEY_METRICS = (
+    "enhanced_over_stable",
+    "enhanced_over_stable_fwd_bwd",
     "tflops",
     "speedup_vs_sdpa",
     "max_abs_diff",
@@ -56,9 +58,12 @@ def build_report(
     duration_s: float,
     created: datetime.datetime | None = None,
     device: dict[str, Any] | None = None,
+    recommendation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     created = created or datetime.datetime.now(datetime.timezone.utc)
-    extra = {} if device is None else {"device": device}
+    extra: dict[str, Any] = {} if device is None else {"device": device}
+    if recommendation is not None:
+        extra["recommendation"] = recommendation
     return {
         "schema": REPORT_SCHEMA,
         "created": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -173,4 +178,16 @@ def summary_table(report: dict[str, Any], *, reason_width: int = 70) -> str:
         f"({totals['required_failed']} required), skipped {totals['skipped']} "
         f"in {totals['duration_s']:.1f} s; backend {report['backend']}"
     )
+    lines.extend(recommendation_lines(report.get("recommendation")))
     return "\n".join(lines)
+
+
+def recommendation_lines(recommendation: dict[str, Any] | None) -> list[str]:
+    """Stable versus enhanced under the totals; the note when enhanced is the wrong choice
+    here comes last, where a person reading the run's output looks."""
+    if not recommendation:
+        return []
+    lines = [f"recommendation: {recommendation['line']}"]
+    if recommendation.get("note"):
+        lines.append(str(recommendation["note"]))
+    return lines

@@ -1,0 +1,154 @@
+"""Stable versus enhanced in `report grid` and `verify diff` (issue 20): the report's
+recommendation read, shown in every grid format and compared between two reports."""
+
+from __future__ import annotations
+
+import copy
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from tests.conftest import ROOT
+from tests.golden_files import assert_golden
+from tests.synthetic import synthetic_cells
+
+from stackpin import grid as gridlib
+from stackpin import reports
+from stackpin.cli.main import cli
+from stackpin.errors import VerificationError
+
+FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "reports"
+# Hand-written to the report contract (its numbers inside the range issue 20 measured for
+# FlashAttention 2 on an H200); its recommendation was computed by the suite's own
+# recommend.recommend from its checks.
+H200 = "cuda-h200-enhanced-fa2.json"
+CPU = "cpu-default-stable.json"
+ROW = "cuda128-sm90-torch280-py312/enhanced"
+NOTE = (
+    "NOTE: use the stable variant here: the enhanced variant is no gain, it is slower than "
+    "stable on this device (LoRA training step 1.13x)"
+)
+
+
+def _data(name: str = H200) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+    return loaded
+
+
+def _grid(*names: str) -> reports.Grid:
+    rows = [reports.parse_report(n, (FIXTURES / n).read_text(encoding="utf-8")) for n in names]
+    return reports.build_grid(rows, synthetic_cells())
+
+
+@pytest.mark.parametrize("name", sorted(gridlib.OUTPUTS))
+def test_golden_grid_with_a_recommendation_in_every_format(name):
+    assert_golden(f"ci/grid-recommendation/{name}", gridlib.render_all(_grid(CPU, H200))[name])
+
+
+def test_the_row_carries_the_choice_ratio_and_note():
+    row = next(r for r in _grid(H200).rows if r.id == ROW)
+    assert row.advice is not None
+    assert row.advice.choice == "stable"
+    assert row.advice.ratio == pytest.approx(13.47 / 11.92)
+    assert row.advice.note == NOTE
+    assert row.advice.short == "stable (1.13x) NOTE"
+    assert row.numbers["enhanced_over_stable"] == pytest.approx(13.47 / 11.92)
+
+
+def test_every_format_shows_the_line_and_the_note():
+    outputs = gridlib.render_all(_grid(CPU, H200))
+    line = _data()["recommendation"]["line"]
+    md = outputs["grid.md"].splitlines()
+    at = md.index(f"- cuda128-sm90-torch280-py312 / enhanced: {line}")
+    assert md[at + 1] == f"  **{NOTE}**"
+    assert f"<strong class=\"note\">{NOTE}</strong>" in outputs["grid.html"]
+    rows = {r["id"]: r for r in json.loads(outputs["grid.json"])["rows"]}
+    assert rows[ROW]["recommendation"] == {"choice": "stable", "line": line, "note": NOTE}
+    assert rows["cpu-bookworm-torch2130-py311/stable"]["recommendation"] is None
+    suites = ET.fromstring(outputs["grid.xml"]).findall("testsuite")
+    suite = next(s for s in suites if s.get("name") == "cuda128-sm90-torch280-py312 / enhanced")
+    prop = suite.find("properties/property[@name='recommendation']")
+    assert prop is not None and prop.get("value") == line
+    slower = suite.find("testcase[@name='L5.variants.train_step']/failure")
+    assert slower is not None and slower.get("message", "").startswith("enhanced is slower here")
+
+
+def test_a_report_without_a_recommendation_shows_none():
+    outputs = gridlib.render_all(_grid(CPU))
+    assert "Stable versus enhanced" not in outputs["grid.md"]
+    assert "Stable versus enhanced" not in outputs["grid.html"]
+    rows = json.loads(outputs["grid.json"])["rows"]
+    assert all(r["recommendation"] is None for r in rows)
+
+
+@pytest.mark.parametrize(("field", "value", "problem"), [
+    ("choice", "faster", "'faster' is not one of enhanced, stable, either, unsupported"),
+    ("line", 7, "is int, not a string"),
+    ("enhanced_over_stable", "1.1", "not a number"),
+])
+def test_a_malformed_recommendation_is_refused_in_one_line(field, value, problem):
+    data = _data()
+    data["recommendation"][field] = value
+    with pytest.raises(VerificationError) as info:
+        reports.load_report("r.json", json.dumps(data))
+    assert problem in info.value.message
+    assert "\n" not in info.value.message
+
+
+def test_a_rising_ratio_against_the_baseline_is_a_regression():
+    old = _data()
+    old["recommendation"]["enhanced_over_stable"] = 0.88
+    baseline_grid = reports.build_grid([reports.parse_report("old.json", json.dumps(old))], {})
+    baseline = reports.parse_baseline("old/grid.json", gridlib.render_json(baseline_grid))
+    grid = reports.compare(_grid(H200), baseline, source="old", threshold=0.1)
+    (change,) = [c for c in grid.changes if c.name == "enhanced_over_stable"]
+    assert change.worse
+    assert change.detail.startswith("0.88 -> 1.13 (+28.4%")
+
+
+# --- verify diff ---------------------------------------------------------------------
+
+
+def _diff(tmp_path: Path, before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    paths = []
+    for name, data in (("before.json", before), ("after.json", after)):
+        (tmp_path / name).write_text(json.dumps(data), encoding="utf-8")
+        paths.append(str(tmp_path / name))
+    result = CliRunner().invoke(cli, ["verify", "diff", *paths])
+    assert result.exit_code == 0, result.output
+    return result.output.splitlines()
+
+
+def test_verify_diff_shows_the_choice_flip_and_the_deciding_ratio(tmp_path):
+    before = copy.deepcopy(_data())
+    before["recommendation"].update(choice="enhanced", enhanced_over_stable=0.88, note=None,
+                                    line="enhanced: 12% faster here with flash-attn-4")
+    lines = _diff(tmp_path, before, _data())
+    line = _data()["recommendation"]["line"]
+    assert f"choice   recommendation: enhanced -> stable ({line})" in lines
+    assert "metric   recommendation.enhanced_over_stable: 0.88 -> 1.13 (x1.284)" in lines
+
+
+def test_verify_diff_shows_a_recommendation_that_appeared(tmp_path):
+    before = copy.deepcopy(_data())
+    del before["recommendation"]
+    lines = _diff(tmp_path, before, _data())
+    assert any(x.startswith("choice   recommendation: - -> stable (stable: ") for x in lines)
+
+
+def test_verify_diff_shows_the_per_check_ratios(tmp_path):
+    before = copy.deepcopy(_data())
+    step = next(c for c in before["checks"] if c["name"] == "L5.variants.train_step")
+    step["metrics"]["enhanced_over_stable"] = 1.0
+    lines = _diff(tmp_path, before, _data())
+    assert any(x.startswith("metric   L5.variants.train_step.enhanced_over_stable: 1 -> 1.13")
+               for x in lines)
+
+
+def test_verify_diff_of_a_report_with_itself_shows_nothing(tmp_path):
+    assert _diff(tmp_path, _data(), _data()) == [
+        "no differences in statuses, versions or throughput"
+    ]

@@ -1,0 +1,38 @@
+"""One timer for the stable-versus-enhanced comparison: triton's do_bench where triton and a
+device are present (the harness the issue-20 figures were taken with), else CUDA events the
+way do_bench uses them (warm-up, L2 flush before each sample, median; timing.median_ms)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from stackpin_verify import level1
+from stackpin_verify.timing import l2_flush, median_ms
+
+
+@dataclass(frozen=True)
+class Timer:
+    name: str  # "triton.testing.do_bench" | "cuda events"
+    time_ms: Callable[[Callable[[], object]], float]
+
+
+def select_timer(device: torch.device) -> Timer:
+    do_bench = level1.triton_bench(device)
+    if do_bench is not None:
+        return Timer("triton.testing.do_bench", do_bench)
+    return Timer("cuda events" if device.type == "cuda" else "wall clock", _events(device))
+
+
+def _events(device: torch.device) -> Callable[[Callable[[], object]], float]:
+    flush = l2_flush(device)
+
+    def time_ms(fn: Callable[[], object]) -> float:
+        estimate, _ = median_ms(fn, device)
+        warmup, runs = level1.accel_runs(estimate)
+        median, _ = median_ms(fn, device, runs=runs, warmup=warmup, flush=flush)
+        return median
+
+    return time_ms
