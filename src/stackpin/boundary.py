@@ -383,7 +383,7 @@ filelock and sympy come from the index with their sha256 and URL, unsloth is the
 file although pip saw it without bitsandbytes. Remove the `dropped` entry and the check says
 `unsloth 2026.10.9 → bitsandbytes: excluded on dtk (...)`; pin `transformers = "4.57.4"`
 and it says `unsloth 2026.10.9 requires transformers!=4.53.0,...,!=4.57.4,...,<=5.17.0,
->=4.52.4; the cell pins 4.57.4`. Both exit 4. `stackpin wheels fetch` then downloads every index file
-and lists the vendor files `wheels/vendor/` must hold; `matrix check` prints the
+>=4.52.4; the cell pins 4.57.4`. Both exit 4. `stackpin wheels fetch` then downloads every
+index file and lists the vendor files `wheels/vendor/` must hold; `matrix check` prints the
 `sha256sum wheels/vendor/<file>` command that pins each one.
 """
