@@ -351,7 +351,7 @@ verify L0 all enforce it:
   installed version differs (an index build replaced the vendor's).
 - `excluded.<dist> = "reason"`: never installed in this cell. If a resolution pulls it in,
   `matrix check` names the chain and repeats the reason, e.g.
-  `unsloth 2025.10.12 → bitsandbytes: excluded on dtk (no native build: ...)`.
+  `unsloth 2026.10.9 → bitsandbytes: excluded on dtk (no native build: ...)`.
 - `dropped`: one requirement of one distribution that the cell runs without, with the
   reason (the field's `pip install --no-deps`). The requirer enters the resolution as a
   placeholder with that requirement removed; the lock records the real index file for it
@@ -377,17 +377,17 @@ requirement = "bitsandbytes"
 reason = "4/8-bit loading is disabled on DTK; BF16/LoRA need none"
 
 [cells.dtk2604-k100-torch290-py310.stack]
-transformers = "4.57.2"
-unsloth = "2025.10.12"
+transformers = "5.5.0"
+unsloth = "2026.10.9"
 ```
 
 `stackpin lock dtk2604-k100-torch290-py310` resolves this with pip: torch is the
 placeholder (the lock says `"source": "vendor"`, origin `vendor file wheels/vendor/torch-...`),
 filelock and sympy come from the index with their sha256 and URL, unsloth is the real index
 file although pip saw it without bitsandbytes. Remove the `dropped` entry and the check says
-`unsloth 2025.10.12 → bitsandbytes: excluded on dtk (...)`; pin `transformers = "4.57.6"`
-and it says `unsloth 2025.10.12 requires transformers!=4.52.0,...,<=4.57.2,>=4.51.3; the
-cell pins 4.57.6`. Both exit 4. `stackpin wheels fetch` then downloads every index file
-and lists the vendor files `wheels/vendor/` must hold; `matrix check` prints the
+`unsloth 2026.10.9 → bitsandbytes: excluded on dtk (...)`; pin `transformers = "4.57.4"`
+and it says `unsloth 2026.10.9 requires transformers!=4.53.0,...,!=4.57.4,...,<=5.17.0,
+>=4.52.4; the cell pins 4.57.4`. Both exit 4. `stackpin wheels fetch` then downloads every
+index file and lists the vendor files `wheels/vendor/` must hold; `matrix check` prints the
 `sha256sum wheels/vendor/<file>` command that pins each one.
 """

@@ -22,7 +22,7 @@ from stackpin.declared import reference_rows as declared_rows
 from stackpin.errors import ConfigurationError
 from stackpin.matrix_safety import cell_problems, duplicate_ids
 from stackpin.primitives import canonical_json
-from stackpin.servicespec import Service, service_problems
+from stackpin.servicespec import Service, ServiceBlocker, service_problems
 from stackpin.untrusted import MAX_DEPTH, depth, read_bounded, shown
 
 if sys.version_info >= (3, 11):
@@ -239,6 +239,10 @@ class Cell:
         default=None,
         metadata=doc("The service the image serves (Studio); none = a tool image only."),
     )
+    service_blocked: ServiceBlocker | None = field(
+        default=None,
+        metadata=doc("Why the cell cannot serve Studio: the requirement that blocks it."),
+    )
 
     @property
     def is_dtk(self) -> bool:
@@ -407,12 +411,13 @@ def find_cell(cells: Mapping[str, Cell], cell_id: str) -> Cell:
 def cell_to_dict(cell: Cell) -> dict[str, Any]:
     """Plain JSON-able form of a cell (stable key order), used for labels and locks.
 
-    A cell that serves nothing has no ``service`` key: its form (hence its lock's digest)
-    is the one it had before services were declared.
+    A cell that serves nothing has no ``service`` key (nor ``service_blocked`` unless it says
+    why): its form (hence its lock's digest) is the one it had before services were declared.
     """
     form: dict[str, Any] = plain(cell)
-    if cell.service is None:
-        del form["service"]
+    for key in ("service", "service_blocked"):
+        if form[key] is None:
+            del form[key]
     # Likewise a pinned wheel without extras keeps the form it had before extras existed.
     for wheel in [form["torch"], form["attention"], *form["vendor_wheels"]]:
         if wheel is not None and not wheel["extras"]:

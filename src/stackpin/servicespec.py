@@ -133,3 +133,19 @@ def service_problems(service: Service) -> list[tuple[str, str]]:
         if not getattr(service, key).startswith("/"):
             problems.append((key, "must be an absolute container path"))
     return problems
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceBlocker:
+    """Why a cell serves no Studio: the one requirement of a Studio-bearing release it fails.
+
+    `matrix check` verifies the claim against the cell's own pins (the requirement must
+    really exclude the cell's version) and prints it as one line.
+    """
+
+    of: str = field(
+        metadata=doc("The Studio-bearing release that cannot be installed: unsloth 2026.10.9.")
+    )
+    requirement: str = field(
+        metadata=doc("Its requirement the cell fails (PEP 508), e.g. torch>=2.4.0,<2.15.0.")
+    )

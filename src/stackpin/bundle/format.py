@@ -70,6 +70,7 @@ class ExportRequest:
     with_models: bool = False  # ship root/models/ (licence-declaring model folders)
     force: bool = False
     zstd_threads: int = -1  # -1: one worker per CPU; the bytes do not depend on it
+    allow_rehearsal: frozenset[str] = frozenset()  # cells whose stand-in images may ship
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,7 @@ request.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from stackpin.bundle.secrets import scan_image_config
 from stackpin.engine import Engine
 from stackpin.errors import BundleError, ValidationError
 from stackpin.matrix import Variant
+from stackpin.rehearsal import refuse_rehearsal
 from stackpin.render import service_info
 from stackpin.signing import Signer
 from stackpin.target import LABEL_LOCK_DIGEST, Layout, Target
@@ -71,7 +72,8 @@ def resolve(engine: Engine, request: ExportRequest, *, archive: Path | None) -> 
     """The request resolved: every image found and checked (see resolve_images)."""
     layout = Layout(request.root)
     return Resolved(
-        built=tuple(resolve_images(engine, request.selections, layout)),
+        built=tuple(resolve_images(engine, request.selections, layout,
+                                   allow_rehearsal=request.allow_rehearsal)),
         layout=layout,
         epoch=created_epoch(s.cell for s in request.selections),
         with_wheels=request.with_wheels, with_models=request.with_models,
@@ -81,10 +83,12 @@ def resolve(engine: Engine, request: ExportRequest, *, archive: Path | None) -> 
 
 
 def resolve_images(
-    engine: Engine, selections: Sequence[Selection], layout: Layout
+    engine: Engine, selections: Sequence[Selection], layout: Layout, *,
+    allow_rehearsal: Collection[str] = frozenset(),
 ) -> list[BuiltImage]:
     """The built image of every selection, checked against its lock and its build record
-    (which must have made this very image); secrets refused."""
+    (which must have made this very image); secrets refused, and vendor rehearsal images
+    unless their cell is in ``allow_rehearsal``."""
     targets = [Target(cell=s.cell, variant=s.variant, lock=s.lock, layout=layout)
                for s in selections]
     declared: dict[tuple[str, Variant], int] = {
@@ -93,13 +97,14 @@ def resolve_images(
     }
     profiles = assign_profiles([(t.cell.id, t.variant) for t in targets], declared)
     return [
-        _resolve(engine, selection, target, profile=profile, port=port)
+        _resolve(engine, selection, target, profile=profile, port=port,
+                 allow_rehearsal=allow_rehearsal)
         for selection, target, (profile, port) in zip(selections, targets, profiles, strict=True)
     ]
 
 
 def _resolve(engine: Engine, selection: Selection, target: Target, *, profile: str,
-             port: int) -> BuiltImage:
+             port: int, allow_rehearsal: Collection[str]) -> BuiltImage:
     """One image, checked; ``selection`` is only carried along (``target`` is what it
     resolved to)."""
     cell, lock, tag = target.cell, target.lock, target.tags[0]
@@ -117,6 +122,7 @@ def _resolve(engine: Engine, selection: Selection, target: Target, *, profile: s
             f"not {lock.digest}: rebuild it with `stackpin build {cell.id}`"
         )
         raise BundleError(msg)
+    refuse_rehearsal(info.labels, cell=cell.id, tag=tag, allowed=allow_rehearsal)
     try:
         record, dockerfile = built_dockerfile(target, image_id=info.id, labels=info.labels)
     except ValidationError as exc:

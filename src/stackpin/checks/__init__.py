@@ -5,7 +5,8 @@ violation is returned, so a release engineer fixes a matrix in one pass. The rul
 encode ../shared/dcu-facts.md (issue 2, item 5); each says why where it is not obvious.
 
 The rules live by what they read: ``checks.wheels`` (filenames, tags, vendor labels) and
-``checks.settings`` (numpy, variants, bitsandbytes, environment, base, hashes); both
+``checks.settings`` (numpy, variants, bitsandbytes, environment, base, hashes) and
+``checks.studio`` (the served product, or why a cell cannot serve it); all
 speak the vocabulary of ``checks.context``.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from stackpin.abi import WheelInfo, parse_wheel_filename
-from stackpin.checks import settings, wheels
+from stackpin.checks import settings, studio, wheels
 from stackpin.checks.context import Context, Severity, Violation, Wheel
 from stackpin.checks.settings import excludes_numpy2
 from stackpin.errors import ValidationError
@@ -26,6 +27,7 @@ _RULES: tuple[Callable[[Context], Iterator[Violation]], ...] = (
     settings.boundary,
     *wheels.RULES,
     *settings.RULES,
+    *studio.RULES,
 )
 
 

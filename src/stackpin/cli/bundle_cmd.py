@@ -90,10 +90,13 @@ def command() -> None:
               help="Ship the model folders of models/ (each must declare its licence in a "
                    "README.md model card); without it models/ holds only its README.")
 @click.option("--force", is_flag=True, help="Replace an existing bundle at OUT.")
+@click.option("--allow-rehearsal", "allow_rehearsal", multiple=True, metavar="CELL",
+              help="Bundle this cell's vendor rehearsal image (stand-in vendor files) on "
+                   "purpose; without it a rehearsal image is refused. Repeatable.")
 @json_option
 def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool,
            sign_key: Path | None, with_wheels: bool, with_models: bool, force: bool,
-           as_json: bool) -> None:
+           allow_rehearsal: tuple[str, ...], as_json: bool) -> None:
     """Export built images of CELL(s) (default: the CPU default cell) as one bundle.
 
     Every image goes into ONE docker save stream, compressed with zstd and hashed on the
@@ -106,7 +109,7 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
         selections=selections(cell_ids, variant, layout), out_dir=out_dir.absolute(),
         root=layout.root, archive=archive, with_wheels=with_wheels,
         signer=signing.Signer.load(sign_key) if sign_key else None,
-        with_models=with_models, force=force,
+        with_models=with_models, force=force, allow_rehearsal=frozenset(allow_rehearsal),
     )
     previous = signal.signal(signal.SIGTERM, _interrupt_on_term)
     started = time.monotonic()
