@@ -101,6 +101,7 @@ class Row:
     loss: tuple[float, float] | None = None
     checks: Mapping[str, Check] = field(default_factory=dict)
     advice: recommendation.Advice | None = None
+    kind: str = "image"  # one of RUN_KINDS: what ran, never a stand-in called an image
 
     @property
     def result(self) -> str:
@@ -247,15 +248,34 @@ def parse_report(source: str, data_text: str | bytes) -> Row:
     return _with_numbers(_with_identity(row, data.get("image"), source), metrics)
 
 
+# What a report ran on: the built image; the cell's lock installed on a device host without
+# the image (scripts/gpu/replay-lock.sh); or a host's own packages with image info written
+# by hand (their lock digest says "none: ..."). Rows of different kinds never merge.
+RUN_KINDS = ("image", "lock replayed on device", "host stack")
+_KIND_SUFFIX = {"image": "", "lock replayed on device": "~replay", "host stack": "~host"}
+
+
+def run_kind(image: Mapping[str, Any], source: str) -> str:
+    kind = image.get("run_kind")
+    if kind is None:
+        return "host stack" if str(image.get("lock_digest", "")).startswith("none") else "image"
+    if kind not in RUN_KINDS:
+        raise _bad(source, f"image.run_kind {str(kind)[:40]!r} is not one of {list(RUN_KINDS)}")
+    return str(kind)
+
+
 def _with_identity(row: Row, image: Any, source: str) -> Row:
     if image is None:
-        return replace(row, id=f"host:{row.host}", label=f"{row.host} (bare host)")
+        return replace(row, id=f"host:{row.host}", label=f"{row.host} (bare host)",
+                       kind="host stack")
     if not isinstance(image, dict):
         raise _bad(source, "'image' is neither null nor an object")
     cell = _require(image, "cell", str, source, "image.")
     variant = _require(image, "variant", str, source, "image.")
-    return replace(row, id=f"{cell}/{variant}", label=f"{cell} / {variant}", cell=cell,
-                   variant=variant)
+    kind = run_kind(image, source)
+    label = f"{cell} / {variant}" + (f" ({kind})" if kind != "image" else "")
+    return replace(row, id=f"{cell}/{variant}{_KIND_SUFFIX[kind]}", label=label, cell=cell,
+                   variant=variant, kind=kind)
 
 
 def _parse_checks(

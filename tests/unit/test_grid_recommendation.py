@@ -26,7 +26,7 @@ FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "reports"
 # recommend.recommend from its checks.
 H200 = "cuda-h200-enhanced-fa2.json"
 CPU = "cpu-default-stable.json"
-ROW = "cuda128-sm90-torch280-py312/enhanced"
+ROW = "cuda128-sm90-torch280-py312/enhanced~host"  # its lock digest says hand-written
 NOTE = (
     "NOTE: use the stable variant here: the enhanced variant is no gain, it is slower than "
     "stable on this device (LoRA training step 1.13x)"
@@ -62,14 +62,14 @@ def test_every_format_shows_the_line_and_the_note():
     outputs = gridlib.render_all(_grid(CPU, H200))
     line = _data()["recommendation"]["line"]
     md = outputs["grid.md"].splitlines()
-    at = md.index(f"- cuda128-sm90-torch280-py312 / enhanced: {line}")
+    at = md.index(f"- cuda128-sm90-torch280-py312 / enhanced (host stack): {line}")
     assert md[at + 1] == f"  **{NOTE}**"
     assert f"<strong class=\"note\">{NOTE}</strong>" in outputs["grid.html"]
     rows = {r["id"]: r for r in json.loads(outputs["grid.json"])["rows"]}
     assert rows[ROW]["recommendation"] == {"choice": "stable", "line": line, "note": NOTE}
     assert rows["cpu-bookworm-torch2130-py311/stable"]["recommendation"] is None
     suites = ET.fromstring(outputs["grid.xml"]).findall("testsuite")
-    suite = next(s for s in suites if s.get("name") == "cuda128-sm90-torch280-py312 / enhanced")
+    suite = next(s for s in suites if s.get("name") == "cuda128-sm90-torch280-py312 / enhanced (host stack)")
     prop = suite.find("properties/property[@name='recommendation']")
     assert prop is not None and prop.get("value") == line
     slower = suite.find("testcase[@name='L5.variants.train_step']/failure")
@@ -152,3 +152,35 @@ def test_verify_diff_of_a_report_with_itself_shows_nothing(tmp_path):
     assert _diff(tmp_path, _data(), _data()) == [
         "no differences in statuses, versions or throughput"
     ]
+
+
+# --- what ran: an image, a lock replayed on a device, a host's own stack ----------------
+
+
+def test_a_replayed_lock_is_its_own_row_and_says_so():
+    from pathlib import Path
+
+    from stackpin.reports import parse_report
+
+    evidence = Path(__file__).resolve().parents[2] / "docs" / "evidence" / "h200-cuda-lock"
+    row = parse_report("replay", (evidence / "enhanced" / "report.json").read_text())
+    assert row.kind == "lock replayed on device"
+    assert row.label == "cuda130-sm90-torch2110-py311 / enhanced (lock replayed on device)"
+    assert row.id == "cuda130-sm90-torch2110-py311/enhanced~replay"  # never an image's row
+
+
+def test_hand_written_image_info_on_a_host_is_a_host_stack():
+    from stackpin.reports import run_kind
+
+    assert run_kind({"lock_digest": "none: bare GPU host"}, "r") == "host stack"
+    assert run_kind({"lock_digest": "ab" * 32}, "r") == "image"
+
+
+def test_an_unknown_run_kind_is_refused():
+    import pytest
+
+    from stackpin.errors import VerificationError
+    from stackpin.reports import run_kind
+
+    with pytest.raises(VerificationError, match="run_kind 'image on a toaster'"):
+        run_kind({"run_kind": "image on a toaster"}, "r")
