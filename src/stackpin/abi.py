@@ -87,6 +87,7 @@ _MANYLINUX = re.compile(r"^manylinux_(?P<major>\d+)_(?P<minor>\d+)_(?P<arch>.+)$
 _LEGACY = re.compile(r"^(?P<name>manylinux1|manylinux2010|manylinux2014)_(?P<arch>.+)$")
 _LINUX = re.compile(r"^linux_(?P<arch>.+)$")
 _ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+NAME_MAX = 255  # the longest file name Linux file systems hold
 _CPYTHON_TAG = re.compile(r"^cp(?P<major>\d)(?P<minor>\d{1,2})$")
 
 
@@ -161,6 +162,11 @@ def parse_wheel_filename(filename: str) -> WheelInfo:
     Raises ValidationError with a one-line message when the name is not a wheel filename.
     """
     base = PurePosixPath(filename).name
+    if len(base) > NAME_MAX:
+        # Also the bound on every number inside: no int() of a name meets Python's limit.
+        msg = (f"'{filename}' is not a wheel filename: {len(base)} characters, and no file "
+               f"system holds a name of more than {NAME_MAX}")
+        raise ValidationError(msg)
     try:
         _, version, _, _ = _packaging_parse_wheel_filename(base)
     except InvalidWheelFilename as exc:
