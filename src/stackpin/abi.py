@@ -51,6 +51,7 @@ from packaging.utils import parse_wheel_filename as _packaging_parse_wheel_filen
 from packaging.version import Version
 
 from stackpin.errors import ValidationError
+from stackpin.untrusted import shown
 
 TokenKind = Literal[
     "das", "opt", "dtk", "torch", "cuda", "rocm", "cpu", "cxx11abi", "abi", "git", "date",
@@ -164,8 +165,8 @@ def parse_wheel_filename(filename: str) -> WheelInfo:
     base = PurePosixPath(filename).name
     if len(base) > NAME_MAX:
         # Also the bound on every number inside: no int() of a name meets Python's limit.
-        msg = (f"'{filename}' is not a wheel filename: {len(base)} characters, and no file "
-               f"system holds a name of more than {NAME_MAX}")
+        msg = (f"not a wheel filename: {len(base)} characters, and no file system holds a "
+               f"name of more than {NAME_MAX} ('{shown(filename, limit=60)}')")
         raise ValidationError(msg)
     try:
         _, version, _, _ = _packaging_parse_wheel_filename(base)
