@@ -339,6 +339,8 @@ def decode_matrix_lenient(data: Mapping[str, Any]) -> tuple[Matrix | None, list[
     check`` can report a misspelled key together with the cross-check violations of the
     same cell in one run.
     """
+    if oversized := _oversized(data):  # parse_toml refuses it first; other callers here
+        return None, [Problem("matrix", f"{oversized}; no setting of a matrix is that large")]
     decoder = Decoder()
     matrix = decoder.decode(Matrix, dict(data), "")
     problems = decoder.problems
