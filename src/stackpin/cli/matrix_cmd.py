@@ -79,8 +79,9 @@ def check(files: tuple[Path, ...], no_resolve: bool, as_json: bool) -> None:
     one line per conflict. A cell whose committed lock is current is not resolved again;
     results are cached by the resolution's inputs, so a second run works offline.
 
-    Exit 0 when only warnings remain, 3 on unreadable or malformed files, 4 on
-    consistency violations or resolution conflicts.
+    A cell with a malformed setting or a violation is never resolved. Exit 0 when only
+    warnings remain, 2 when a FILE is missing or not a regular file, 3 on unreadable or
+    malformed files, 4 on consistency violations or resolution conflicts.
     """
     paths = list(files) or project_layout().matrix_files()
     problems: list[tuple[str, Problem]] = []
