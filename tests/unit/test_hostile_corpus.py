@@ -242,3 +242,30 @@ def test_a_hostile_lock_is_refused_before_the_wheelhouse_is_read(hostile_project
     lock["wheels"] = [wheel]  # the same lock with the value as stackpin writes it
     (locks / "c1.lock").write_text(json.dumps(lock), encoding="utf-8")
     assert _invoke(["wheels", "verify", "c1"])[0] == 4  # read: the wheel is just not there
+
+
+def test_matrix_check_resolves_the_good_cell_beside_a_bad_one_and_only_it(hostile_project,
+                                                                          monkeypatch):
+    bad = _with_torch(f"https://127.0.0.1:9/{TORCH}").replace("cells.c1", "cells.bad")
+    text = MINIMAL + bad.split("schema_version = 1", 1)[1]
+    (hostile_project / "pinning" / "m.toml").write_text(text, encoding="utf-8")
+    seen: list[str] = []
+
+    def record(argv: list[str], _sink: Any) -> int:
+        requirements = Path(argv[argv.index("-r") + 1]).read_text(encoding="utf-8")
+        seen.append(requirements)
+        return 1  # pip fails: a host error for the good cell, after the bad one was skipped
+
+    monkeypatch.setattr("stackpin.cli.matrix_cmd.Pip", lambda: Pip(runner=record))
+    code, lines = _invoke(["matrix", "check"])
+    assert code == 8, lines  # the good cell reached pip (whose failure is the host's)
+    # "bad" sorts first, so it would have been the one pip saw had it not been skipped.
+    assert len(seen) == 1 and "torch==2.13.0+cpu" in seen[0].splitlines()
+    assert "127" not in seen[0]
+    # A problem outside every cell puts the whole file in doubt: nothing is resolved.
+    seen.clear()
+    (hostile_project / "pinning" / "m.toml").write_text(
+        text.replace("schema_version = 1", "schema_version = 2"), encoding="utf-8")
+    code, lines = _invoke(["matrix", "check"])
+    assert code == 3, lines
+    assert seen == []

@@ -84,20 +84,7 @@ def check(files: tuple[Path, ...], no_resolve: bool, as_json: bool) -> None:
     malformed files, 4 on consistency violations or resolution conflicts.
     """
     paths = list(files) or project_layout().matrix_files()
-    problems: list[tuple[str, Problem]] = []
-    cells: list[Cell] = []
-    declared: list[tuple[str, list[str]]] = []
-    blocked: set[int] = set()  # id() of cells that must not be resolved
-    for path in paths:
-        matrix, found = decode_matrix_lenient(parse_toml(path))
-        problems += [(str(path), p) for p in found]
-        if matrix is not None:
-            cells += matrix.cells.values()
-            declared.append((str(path), list(matrix.cells)))
-            blocked |= {id(c) for c in _with_problems(matrix.cells.values(), found)}
-    for source, (where, message) in duplicate_ids(declared):
-        problems.append((source, Problem(where, message)))
-        blocked |= {id(c) for c in cells if f"cells.{c.id}" == where}
+    problems, cells, blocked = _read_matrices(paths)
     violations = check_cells(cells)
     broken = {v.cell for v in violations if v.severity == "error"}
     # Only a cell with no problem and no violation reaches pip: a malformed one could name
@@ -119,6 +106,26 @@ def check(files: tuple[Path, ...], no_resolve: bool, as_json: bool) -> None:
         msg_0 = (f"{len(errors)} violation(s) and {len(conflicts)} resolution conflict(s) in "
                  f"{len(cells)} cell(s); see above")
         raise ValidationError(msg_0)
+
+
+def _read_matrices(paths: list[Path]) -> tuple[list[tuple[str, Problem]], list[Cell], set[int]]:
+    """Every (file, problem), every decoded cell, and the id() of each cell a problem is
+    about (those are never resolved)."""
+    problems: list[tuple[str, Problem]] = []
+    cells: list[Cell] = []
+    declared: list[tuple[str, list[str]]] = []
+    blocked: set[int] = set()
+    for path in paths:
+        matrix, found = decode_matrix_lenient(parse_toml(path))
+        problems += [(str(path), p) for p in found]
+        if matrix is not None:
+            cells += matrix.cells.values()
+            declared.append((str(path), list(matrix.cells)))
+            blocked |= {id(c) for c in _with_problems(matrix.cells.values(), found)}
+    for source, (where, message) in duplicate_ids(declared):
+        problems.append((source, Problem(where, message)))
+        blocked |= {id(c) for c in cells if f"cells.{c.id}" == where}
+    return problems, cells, blocked
 
 
 def _with_problems(cells: Iterable[Cell], found: list[Problem]) -> list[Cell]:
