@@ -51,6 +51,7 @@ from packaging.utils import parse_wheel_filename as _packaging_parse_wheel_filen
 from packaging.version import Version
 
 from stackpin.errors import ValidationError
+from stackpin.untrusted import shown
 
 TokenKind = Literal[
     "das", "opt", "dtk", "torch", "cuda", "rocm", "cpu", "cxx11abi", "abi", "git", "date",
@@ -87,6 +88,7 @@ _MANYLINUX = re.compile(r"^manylinux_(?P<major>\d+)_(?P<minor>\d+)_(?P<arch>.+)$
 _LEGACY = re.compile(r"^(?P<name>manylinux1|manylinux2010|manylinux2014)_(?P<arch>.+)$")
 _LINUX = re.compile(r"^linux_(?P<arch>.+)$")
 _ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+NAME_MAX = 255  # the longest file name Linux file systems hold
 _CPYTHON_TAG = re.compile(r"^cp(?P<major>\d)(?P<minor>\d{1,2})$")
 
 
@@ -161,6 +163,11 @@ def parse_wheel_filename(filename: str) -> WheelInfo:
     Raises ValidationError with a one-line message when the name is not a wheel filename.
     """
     base = PurePosixPath(filename).name
+    if len(base) > NAME_MAX:
+        # Also the bound on every number inside: no int() of a name meets Python's limit.
+        msg = (f"not a wheel filename: {len(base)} characters, and no file system holds a "
+               f"name of more than {NAME_MAX} ('{shown(filename, limit=60)}')")
+        raise ValidationError(msg)
     try:
         _, version, _, _ = _packaging_parse_wheel_filename(base)
     except InvalidWheelFilename as exc:

@@ -9,8 +9,8 @@ the cell itself, so editing a pin makes the lock stale and the build refuses it.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -21,13 +21,16 @@ from typing import Any, Literal
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from stackpin.abi import NAME_MAX
 from stackpin.boundary import vendor_pins
 from stackpin.errors import ConfigurationError, ValidationError
 from stackpin.matrix import Cell, cell_json, pinned_wheels
 from stackpin.primitives import pretty_json
 from stackpin.resolve import Pip, Resolution, attention_only, resolve_cell
+from stackpin.untrusted import parse_json, read_bounded, shown
 
 LOCK_VERSION = 2
+MAX_LOCK_BYTES = 16 << 20  # a lock of 1000 wheels is about 1 MiB
 # 'base' = provided by the base image: recorded, checked in the image, never installed.
 Group = Literal["vendor", "stack", "attention", "base"]
 # Install order = layer order: the big ABI-bound wheels first (they change least), the
@@ -123,6 +126,9 @@ def cell_digest(cell: Cell) -> str:
 def wheel_name_version(filename: str) -> tuple[str, str]:
     """Canonical distribution name and full version (local label kept) of a wheel file."""
     try:
+        if len(filename) > NAME_MAX:
+            msg = f"{len(filename)} characters, more than a file name holds"
+            raise InvalidWheelFilename(msg)
         name, version, _build, _tags = parse_wheel_filename(filename)
     except InvalidWheelFilename as exc:
         msg = f"{filename}: not a wheel filename ({exc}); remove it from the wheelhouse"
@@ -199,37 +205,97 @@ def _pinned_index_mismatch(cell: Cell, filename: str, sha256: str) -> list[str]:
     return []
 
 
-def parse_lock(text: str, *, source: str) -> Lock:
-    """Read a lock file's text; a malformed lock is a configuration error."""
+def parse_lock(text: str | bytes, *, source: str) -> Lock:
+    """Read a lock file's text; a malformed lock is a configuration error.
+
+    A lock is input like a matrix (it may come from a pull request or a bundle): parsed
+    under the strict JSON rules, and every value a later step hands on (file names joined
+    to wheels/, versions and hashes written into requirement lines) checked for its shape.
+    """
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    document = parse_json(data, what=source, error=ConfigurationError)
     try:
-        data = json.loads(text)
-        if data["lock_version"] != LOCK_VERSION:
-            msg = f"{source}: lock_version {data['lock_version']} is not {LOCK_VERSION}"
-            raise ConfigurationError(msg + "; re-create it with 'stackpin lock'")
-        wheels = tuple(
-            LockedWheel(
-                name=w["name"], version=w["version"], filename=w["filename"],
-                sha256=w["sha256"], group=w["group"], source=w["source"],
-                origin=w["origin"],
-            )
-            for w in data["wheels"]
-        )
-        return Lock(
-            cell=data["cell"],
-            cell_digest=data["cell_digest"],
-            python=data["python"],
-            source_date_epoch=data["source_date_epoch"],
-            base_reference=data["base"]["reference"],
-            base_digest=data["base"]["digest"],
-            wheels=wheels,
-            missing=tuple(data["missing"]),
-            resolution_key=data["resolution"]["key"],
-            excluded=dict(data["excluded"]),
-            dropped=tuple((d["of"], d["requirement"], d["reason"]) for d in data["dropped"]),
-        )
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
-        msg = f"{source}: not a stackpin lock ({exc!r}); re-create it with 'stackpin lock'"
+        lock = _lock_of(document, source)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        msg = (f"{shown(source)}: not a stackpin lock ({shown(repr(exc), limit=120)}); "
+               "re-create it with 'stackpin lock'")
         raise ConfigurationError(msg) from None
+    if problem := lock_problem(lock):
+        msg = f"{shown(source)}: {problem}; re-create it with 'stackpin lock'"
+        raise ConfigurationError(msg)
+    return lock
+
+
+def _lock_of(data: Any, source: str) -> Lock:
+    if data["lock_version"] != LOCK_VERSION:
+        msg = f"{shown(source)}: lock_version {data['lock_version']} is not {LOCK_VERSION}"
+        raise ConfigurationError(msg + "; re-create it with 'stackpin lock'")
+    wheels = tuple(
+        LockedWheel(name=_text(w["name"]), version=_text(w["version"]),
+                    filename=_text(w["filename"]), sha256=_text(w["sha256"]),
+                    group=w["group"], source=w["source"], origin=_text(w["origin"]))
+        for w in data["wheels"]
+    )
+    return Lock(
+        cell=_text(data["cell"]), cell_digest=_text(data["cell_digest"]),
+        python=_text(data["python"]), source_date_epoch=_number(data["source_date_epoch"]),
+        base_reference=_text(data["base"]["reference"]),
+        base_digest=_text(data["base"]["digest"]), wheels=wheels,
+        missing=tuple(_text(m) for m in data["missing"]),
+        resolution_key=_text(data["resolution"]["key"]),
+        excluded={_text(k): _text(v) for k, v in data["excluded"].items()},
+        dropped=tuple((_text(d["of"]), _text(d["requirement"]), _text(d["reason"]))
+                      for d in data["dropped"]),
+    )
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        msg = f"expected a string, found {type(value).__name__}"
+        raise TypeError(msg)
+    return value
+
+
+def _number(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"expected an integer, found {type(value).__name__}"
+        raise TypeError(msg)
+    return value
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_NAME = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,98}[a-z0-9])?")
+_VERSION = re.compile(r"[A-Za-z0-9.+!_-]{1,128}")
+_WHEEL = re.compile(r"[A-Za-z0-9_.+!-]{1,251}\.whl")
+
+
+def _wheel_problem(wheel: LockedWheel) -> str | None:
+    if wheel.group not in (*GROUPS, "base") or wheel.source not in ("index", "vendor", "base"):
+        return f"group {shown(wheel.group)!r} or source {shown(wheel.source)!r} is unknown"
+    if not (_NAME.fullmatch(wheel.name) and _VERSION.fullmatch(wheel.version)):
+        return (f"{shown(wheel.name, limit=60)!r} {shown(wheel.version, limit=60)!r} is not a "
+                "distribution name and an exact version")
+    if wheel.sha256 and not _SHA256.fullmatch(wheel.sha256):
+        return "sha256 is not 64 hex digits"
+    if wheel.source != "base" and not _bare_wheel(wheel.filename):
+        return f"filename {shown(wheel.filename, limit=60)!r} is not a bare wheel file name"
+    return None
+
+
+def _bare_wheel(name: str) -> bool:
+    return bool(_WHEEL.fullmatch(name)) and not name.startswith(".")
+
+
+def lock_problem(lock: Lock) -> str | None:
+    """The first value of a lock that could not have come from 'stackpin lock', or None."""
+    # The digests are only compared with what this stackpin computes: any string will do.
+    for index, wheel in enumerate(lock.wheels):
+        if problem := _wheel_problem(wheel):
+            return f"wheels[{index}]: {problem}"
+    for name in lock.missing:
+        if not _bare_wheel(name):
+            return f"missing: {shown(name, limit=60)!r} is not a bare wheel file name"
+    return None
 
 
 def lock_path(root: Path, cell_id: str) -> Path:
@@ -240,7 +306,8 @@ def read_lock(root: Path, cell_id: str) -> Lock | None:
     path = lock_path(root, cell_id)
     if not path.exists():
         return None
-    return parse_lock(path.read_text(encoding="utf-8"), source=str(path))
+    data = read_bounded(path, limit=MAX_LOCK_BYTES, what="lock", error=ConfigurationError)
+    return parse_lock(data, source=str(path))
 
 
 def stale_reason(lock: Lock, cell: Cell) -> str | None:

@@ -59,6 +59,9 @@ class Variant(str, enum.Enum):
 
 VARIANTS: tuple[Variant, ...] = tuple(Variant)
 MAX_MATRIX_BYTES = 4 << 20
+# Bounds of every key and value of a matrix file (parse_toml): far above any real setting.
+MAX_VALUE_CHARS = 4096
+MAX_INT = 1 << 63
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,23 +293,33 @@ def _structural_problems(matrix: Matrix) -> list[Problem]:
             Problem("schema_version", f"this stackpin reads version {SCHEMA_VERSION}")
         )
     for cell in matrix.cells.values():
-        where = f"cells.{cell.id}"
-        base = cell.base
-        if bool(base.image) == (base.bootstrap is not None):
-            problems.append(Problem(f"{where}.base", "set exactly one of 'image' or 'bootstrap'"))
-        if base.digest and not re.fullmatch(r"sha256:[0-9a-f]{64}", base.digest):
-            problems.append(Problem(f"{where}.base.digest", "expected sha256:<64 hex digits>"))
-        for wheel_path, wheel in _pinned_wheels(cell):
-            if wheel.sha256 and not re.fullmatch(r"[0-9a-f]{64}", wheel.sha256):
-                problems.append(Problem(f"{where}.{wheel_path}.sha256", "expected 64 hex digits"))
-        if not cell.variants:
-            problems.append(Problem(f"{where}.variants", "list at least one variant"))
-        if cell.service is not None:
-            problems += [Problem(f"{where}.service.{key}", message)
-                         for key, message in service_problems(cell.service)]
-    for cell in matrix.cells.values():
-        problems += [Problem(path, message)
-                     for path, message in cell_problems(cell, _pinned_wheels(cell))]
+        problems += cell_problems_of(cell)
+    return problems
+
+
+def cell_problems_of(cell: Cell) -> list[Problem]:
+    """Every problem of one decoded cell's values (shapes, bounds, safe names).
+
+    A cell with one is never resolved, locked or built: the verbs that act on a cell ask
+    this before anything runs (``stackpin.checks.require_resolvable``).
+    """
+    problems: list[Problem] = []
+    where = f"cells.{cell.id}"
+    base = cell.base
+    if bool(base.image) == (base.bootstrap is not None):
+        problems.append(Problem(f"{where}.base", "set exactly one of 'image' or 'bootstrap'"))
+    if base.digest and not re.fullmatch(r"sha256:[0-9a-f]{64}", base.digest):
+        problems.append(Problem(f"{where}.base.digest", "expected sha256:<64 hex digits>"))
+    for wheel_path, wheel in _pinned_wheels(cell):
+        if wheel.sha256 and not re.fullmatch(r"[0-9a-f]{64}", wheel.sha256):
+            problems.append(Problem(f"{where}.{wheel_path}.sha256", "expected 64 hex digits"))
+    if not cell.variants:
+        problems.append(Problem(f"{where}.variants", "list at least one variant"))
+    if cell.service is not None:
+        problems += [Problem(f"{where}.service.{key}", message)
+                     for key, message in service_problems(cell.service)]
+    problems += [Problem(path, message)
+                 for path, message in cell_problems(cell, _pinned_wheels(cell))]
     return problems
 
 
@@ -330,6 +343,8 @@ def decode_matrix_lenient(data: Mapping[str, Any]) -> tuple[Matrix | None, list[
     check`` can report a misspelled key together with the cross-check violations of the
     same cell in one run.
     """
+    if oversized := _oversized(data):  # parse_toml refuses it first; other callers here
+        return None, [Problem("matrix", f"{oversized}; no setting of a matrix is that large")]
     decoder = Decoder()
     matrix = decoder.decode(Matrix, dict(data), "")
     problems = decoder.problems
@@ -358,10 +373,40 @@ def parse_toml(path: Path) -> dict[str, Any]:
         raise ConfigurationError(msg) from None
     except RecursionError:
         document = None
+    except ValueError:  # tomllib's int() of a literal past Python's 4300-digit limit
+        msg = f"{shown(path)}: an integer with thousands of digits: not a matrix"
+        raise ConfigurationError(msg) from None
     if document is None or depth(document) > MAX_DEPTH:
         msg = f"{shown(path)}: nested more than {MAX_DEPTH} levels deep: not a matrix"
         raise ConfigurationError(msg)
+    if oversized := _oversized(document):
+        msg = f"{shown(path)}: {oversized}; no setting of a matrix is that large"
+        raise ConfigurationError(msg)
     return document
+
+
+def _oversized(document: Mapping[str, Any]) -> str | None:
+    """The first key, string or integer beyond the matrix bounds, said in a few words.
+
+    Bounding every value here, before decoding, is what lets every later parse (versions,
+    tags, labels, ports) stay within Python's and packaging's limits: no string can hold
+    a number near the 4300-digit conversion limit, no integer overflows a C long.
+    """
+    stack: list[Any] = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            for key in item:
+                if len(key) > MAX_VALUE_CHARS:
+                    return f"a key of {len(key)} characters ({shown(key, limit=40)})"
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and len(item) > MAX_VALUE_CHARS:
+            return f"a string of {len(item)} characters ({shown(item, limit=40)})"
+        elif isinstance(item, int) and not -MAX_INT <= item < MAX_INT:
+            return f"an integer of {len(str(abs(item)))} digits"
+    return None
 
 
 def decode_matrix(data: Mapping[str, Any], *, source: str) -> Matrix:

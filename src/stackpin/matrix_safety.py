@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from stackpin.abi import NAME_MAX
+
 if TYPE_CHECKING:
     from stackpin.matrix import Cell, PinnedWheel
 
@@ -25,6 +27,15 @@ Found = tuple[str, str]  # (dotted path, message)
 CELL_ID_MAX = 64
 CELL_ID = re.compile(r"^[a-z0-9]+(?:(?:\.|-+)[a-z0-9]+)*$")
 WHEEL_FILENAME = re.compile(r"^[A-Za-z0-9_.+!-]+\.whl$")
+# Values pip and packaging parse as numbers: bounded shapes, so a parse cannot blow up and
+# a newline cannot add a line (an --index-url) to a requirements file.
+GLIBC = re.compile(r"[0-9]{1,2}\.[0-9]{1,3}")
+CPYTHON = re.compile(r"cp[0-9]{2,3}")
+DIST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")
+VERSION = re.compile(r"[A-Za-z0-9.+!_-]{1,128}")
+CONSTRAINT = re.compile(r"[A-Za-z0-9.,<>=!~* ]{1,128}")
+REQUIREMENT_MAX = 500
+MAX_EPOCH = (1 << 32) - 1  # SOURCE_DATE_EPOCH lands in tar headers and image configs
 IMAGE_PATH = re.compile(r"^/[A-Za-z0-9._+/-]+$")
 DEVICE = re.compile(r"^/dev/[A-Za-z0-9._/-]+(?::/dev/[A-Za-z0-9._/-]+)?(?::[rwm]+)?$")
 MIRROR = re.compile(r"^(?:https?://[A-Za-z0-9.-]+(?::\d+)?(?:/[A-Za-z0-9._~%+/-]*)?"
@@ -61,15 +72,18 @@ def cell_problems(cell: Cell, wheels: list[tuple[str, PinnedWheel]]) -> Iterator
                       "joined by single '.' or '-' (it becomes an image name and file names)")
     for path, wheel in wheels:
         name = wheel.filename
-        if not WHEEL_FILENAME.fullmatch(name) or name.startswith("."):
+        if (not WHEEL_FILENAME.fullmatch(name) or name.startswith(".")
+                or len(name) > NAME_MAX):
             yield (f"{where}.{path}.filename",
-                          "a bare wheel file name (no directory, absolute path, URL or odd "
-                          "character); put the file in wheels/ and name it here")
+                          f"a bare wheel file name of at most {NAME_MAX} characters (no "
+                          "directory, absolute path, URL or odd character); put the file in "
+                          "wheels/ and name it here")
     if cell.env_script and (not IMAGE_PATH.fullmatch(cell.env_script)
                             or ".." in cell.env_script.split("/")):
         yield (f"{where}.env_script",
                       "an absolute path inside the image without '..' or odd characters")
     yield from _run_problems(cell, f"{where}.run")
+    yield from _number_problems(cell, where)
     bootstrap = cell.base.bootstrap
     if bootstrap is not None and (not MIRROR.fullmatch(bootstrap.mirror)
                                   or ".." in bootstrap.mirror.split("/")
@@ -110,6 +124,37 @@ def _run_problems(cell: Cell, where: str) -> Iterator[Found]:
         for index, value in enumerate(values):
             if not OPTION_VALUE.fullmatch(value):
                 yield (f"{where}.{key}[{index}]", "a plain value (letters, digits, ._:=/-)")
+
+
+def _number_problems(cell: Cell, where: str) -> Iterator[Found]:
+    """Values that become numbers or requirement lines: bounded, one line, plain."""
+    if not GLIBC.fullmatch(cell.glibc):
+        yield (f"{where}.glibc", "a glibc version like 2.35")
+    if not CPYTHON.fullmatch(cell.python):
+        yield (f"{where}.python", "a CPython tag like cp310")
+    if not 0 <= cell.source_date_epoch <= MAX_EPOCH:
+        yield (f"{where}.source_date_epoch", f"seconds since 1970, 0 to {MAX_EPOCH}")
+    if not CONSTRAINT.fullmatch(cell.numpy):
+        yield (f"{where}.numpy", "a version constraint like <2 (letters, digits, .,<>=!~*)")
+    for key, versions in (("stack", cell.stack),
+                          ("provided", {n: p.version for n, p in cell.provided.items()})):
+        for name, version in versions.items():
+            if not DIST_NAME.fullmatch(name):
+                yield (f"{where}.{key}.{name}", "a distribution name (letters, digits, ._-)")
+            elif not VERSION.fullmatch(version):
+                yield (f"{where}.{key}.{name}", "an exact version of at most 128 characters "
+                       "(letters, digits, .+!_-)")
+    for name, entry in cell.provided.items():
+        for index, text in enumerate(entry.requires):
+            if len(text) > REQUIREMENT_MAX or not text.isprintable():
+                yield (f"{where}.provided.{name}.requires[{index}]",
+                       f"one printable requirement of at most {REQUIREMENT_MAX} characters")
+    named = [(f"excluded.{name}", name) for name in cell.excluded]
+    named += [(f"dropped[{index}].{key}", getattr(drop, key))
+              for index, drop in enumerate(cell.dropped) for key in ("of", "requirement")]
+    for path, name in named:
+        if not DIST_NAME.fullmatch(name):
+            yield (f"{where}.{path}", "a distribution name (letters, digits, ._-)")
 
 
 def duplicate_ids(files: list[tuple[str, list[str]]]) -> list[tuple[str, Found]]:

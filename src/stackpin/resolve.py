@@ -39,8 +39,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from stackpin import boundary
 from stackpin.boundary import Conflict, DistMeta, canon
 from stackpin.cache import cache_dir
-from stackpin.errors import HostEnvironmentError, ValidationError
-from stackpin.matrix import Cell, Provided
+from stackpin.errors import ConfigurationError, HostEnvironmentError, ValidationError
+from stackpin.matrix import Cell, Provided, cell_problems_of
 from stackpin.piptarget import LineSink, Runner, python_version, subprocess_runner, target_platforms
 
 # Bump when the resolution logic changes what a cached result means.
@@ -157,7 +157,16 @@ def attention_only(cell: Cell, closure: tuple[Resolved, ...]) -> set[str]:
 
 
 def resolve_cell(cell: Cell, pip: Pip, *, use_cache: bool = True) -> Resolution:
-    """The cell's closure from the cache, else from pip (conflicts are never cached)."""
+    """The cell's closure from the cache, else from pip (conflicts are never cached).
+
+    A cell with a problem in its values (a path or URL for a file name, an id that is not
+    a file name, an unbounded version) is refused here, before its pins reach pip: this is
+    the last gate before the network, whichever verb comes through it.
+    """
+    if problems := cell_problems_of(cell):
+        msg = (f"{cell.id}: {problems[0]}; nothing was resolved: 'stackpin matrix check' "
+               "lists every problem")
+        raise ConfigurationError(msg)
     key = resolution_key(cell)
     cached = _read_cache(key) if use_cache else None
     if cached is not None:

@@ -93,10 +93,13 @@ def test_validation_only_errors_exit_4(project: Path):
     assert result.output.count("ERROR ") == 3
 
 
-def test_missing_matrix_file_is_a_configuration_error(project: Path):
+def test_naming_a_missing_matrix_file_is_a_usage_error(project: Path):
     result = CliRunner().invoke(cli, ["matrix", "check", "nope.toml"])
-    assert result.exit_code == 3
-    assert "no such matrix file" in result.output
+    assert result.exit_code == 2
+    (line,) = result.output.splitlines()
+    assert line.startswith("stackpin: usage error: Invalid value for '[FILES]...': File "
+                           "'nope.toml' does not exist. (see '")
+    assert line.endswith(" matrix check --help')")  # the program's name, as invoked
 
 
 def test_render_twice_gives_identical_bytes():

@@ -33,9 +33,12 @@ def test_unexpected_errors_are_one_line_with_a_documented_code(monkeypatch, tmp_
     assert debug.exception is error  # --debug lets it through, with its traceback
 
 
-def test_names_with_control_characters_are_escaped_in_errors(tmp_path):
+@pytest.mark.parametrize("exists", [False, True])
+def test_names_with_control_characters_are_escaped_in_errors(tmp_path, exists):
     hostile = tmp_path / "x\nstackpin: bundle OK\x1b[2J"
+    if exists:  # an empty folder: refused by the bundle check (7), not by the argument (2)
+        hostile.mkdir()
     done = CliRunner().invoke(cli, ["bundle", "verify", str(hostile), "--insecure-unsigned"])
-    assert done.exit_code == 7
+    assert done.exit_code == (7 if exists else 2)
     assert len(done.output.strip().splitlines()) == 1
     assert "\\nstackpin: bundle OK\\x1b[2J" in done.output

@@ -24,8 +24,10 @@ from stackpin.bundle import trust
 from stackpin.bundle import verify as verifying
 from stackpin.checks import check_cells
 from stackpin.errors import StackpinError
+from stackpin.lock import parse_lock, wheel_name_version
 from stackpin.matrix import decode_matrix_lenient
 from stackpin.untrusted import parse_json
+from stackpin.wheelhouse import locked_requirements, vendor_files_needed, verify_wheelhouse
 
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -58,7 +60,16 @@ REPORT: dict[str, Any] = {
 }
 
 
-def _mutations(document: dict[str, Any]) -> st.SearchStrategy[Any]:
+# Values past every bound: numbers beyond Python's 4300-digit int() limit, in an integer
+# and inside strings (versions, labels, tags), and strings longer than any setting.
+HUGE = (st.integers(4000, 6000).map(lambda n: int("9" * n) if n < 4300 else "9" * n)
+        | st.integers(20, 400).map(lambda n: 10 ** n)
+        | st.builds(lambda n, head: f"{head}{'9' * n}", st.integers(200, 6000),
+                    st.sampled_from(["", "1.", "2.13.0+", "cp", "2.", "<", "manylinux_2_"])))
+
+
+def _mutations(document: dict[str, Any],
+               values: st.SearchStrategy[Any] = JSON) -> st.SearchStrategy[Any]:
     """The document with one value somewhere replaced, or one key removed."""
     def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         found = [prefix]
@@ -83,7 +94,7 @@ def _mutations(document: dict[str, Any]) -> st.SearchStrategy[Any]:
             parent[path[-1]] = new
         return copy
 
-    return st.builds(apply, st.sampled_from(paths(document)), JSON, st.booleans())
+    return st.builds(apply, st.sampled_from(paths(document)), values, st.booleans())
 
 
 def _one_line(error: StackpinError) -> None:
@@ -190,6 +201,13 @@ def test_matrix_shapes(document):
 
 
 @FUZZ
+@given(_mutations(MATRIX, JSON | HUGE))
+def test_matrix_shapes_with_numbers_past_every_bound(document):
+    if isinstance(document, dict):
+        _accepts_or_refuses(_matrix, document)
+
+
+@FUZZ
 @given(st.binary(max_size=1500))
 def test_matrix_files(tmp_path_factory, data):
     from stackpin.matrix import parse_toml
@@ -215,6 +233,66 @@ def test_wheel_filenames(name):
     if info is not None:
         assert info.filename.endswith(".whl")
 
+
+
+@FUZZ
+@given(st.one_of(HUGE.map(str), st.builds(
+    lambda *p: "-".join(p) + ".whl", WHEEL_PARTS | HUGE.map(str), WHEEL_PARTS | HUGE.map(str),
+    WHEEL_PARTS, WHEEL_PARTS, WHEEL_PARTS | HUGE.map(str))))
+def test_wheel_filenames_with_numbers_past_every_bound(name):
+    info = _accepts_or_refuses(parse_wheel_filename, name)
+    if info is not None:
+        assert len(info.filename) <= 255
+    _accepts_or_refuses(wheel_name_version, name)  # the wheelhouse's reader of file names
+
+
+# --- locks and the wheelhouse -------------------------------------------------------------
+
+WHEEL = {"name": "numpy", "version": "1.26.4", "filename":
+         "numpy-1.26.4-cp311-cp311-manylinux_2_17_x86_64.whl", "sha256": SHA, "group": "stack",
+         "source": "index", "origin": "https://files.example/numpy.whl"}
+LOCK: dict[str, Any] = {
+    "lock_version": 2, "cell": "c1", "cell_digest": SHA, "python": "cp311",
+    "source_date_epoch": 0, "base": {"reference": "debian:bookworm", "digest": ""},
+    "missing": [], "resolution": {"resolver": "pip", "key": SHA}, "excluded": {},
+    "dropped": [{"of": "unsloth", "requirement": "xformers", "reason": "no wheel"}],
+    "wheels": [WHEEL, {**WHEEL, "name": "torch", "version": "2.9.0+das.opt1.dtk2604",
+                       "filename": "torch-2.9.0+das.opt1.dtk2604-cp311-cp311-linux_x86_64.whl",
+                       "source": "vendor", "group": "vendor", "sha256": ""}],
+}
+
+
+@FUZZ
+@given(st.binary(max_size=2000))
+def test_lock_bytes(data):
+    _accepts_or_refuses(lambda d: parse_lock(d, source="c1.lock"), data)
+
+
+@FUZZ
+@given(_mutations(LOCK, JSON | HUGE))
+def test_lock_shapes_through_the_wheelhouse_readers(tmp_path_factory, document):
+    lock = _accepts_or_refuses(lambda d: parse_lock(d, source="c1.lock"), json.dumps(document))
+    if lock is None:
+        return
+    # Accepted: each file name stays inside the wheelhouse, each requirement is one line.
+    for wheel in lock.installed():
+        assert "/" not in wheel.filename and not wheel.filename.startswith(".")
+    requirements = locked_requirements(lock).splitlines()
+    assert len(requirements) == sum(w.source == "index" for w in lock.wheels)
+    assert all(line.count("--hash=sha256:") == 1 for line in requirements)
+    root = tmp_path_factory.mktemp("wheelhouse")
+    (root / "wheels" / "c1").mkdir(parents=True)
+    (root / "wheels" / "c1" / WHEEL["filename"]).write_bytes(b"numpy")
+    mismatches = verify_wheelhouse(lock, root)
+    assert {m.filename for m in mismatches} <= {w.filename for w in lock.installed()}
+    assert all(f.filename in {w.filename for w in lock.wheels}
+               for f in vendor_files_needed(lock, root))
+
+
+def test_the_unmutated_lock_is_accepted_and_read_back():
+    lock = parse_lock(json.dumps(LOCK), source="c1.lock")
+    assert [w.name for w in lock.wheels] == ["numpy", "torch"]
+    assert parse_lock(lock.text(), source="again") == lock
 
 
 # --- through the CLI: the exit code is documented and an error is one line ----------------

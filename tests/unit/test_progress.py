@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import io
 import re
+import tarfile
 
+from click.testing import CliRunner
 from test_bundle_fakes import engine_with_cpu, export_cpu, site_trusting, unzstd
 
 from stackpin.bundle import load as loading
 from stackpin.bundle import stream as streaming
 from stackpin.bundle import verify as verifying
+from stackpin.cli.main import cli
 from stackpin.cli.progress import MIB, ByteProgress
 from stackpin.engine import SaveRequest
 
@@ -89,16 +92,17 @@ def test_load_counts_the_verification_then_every_byte_the_engine_reads(tmp_path,
 # --- how it is shown ------------------------------------------------------------------------
 
 
-def test_plain_lines_at_start_every_interval_and_at_the_end_with_the_real_total():
+def test_plain_lines_once_started_every_interval_and_at_the_end_with_the_real_total():
     out, clock = io.StringIO(), Clock()
     progress = ByteProgress(stream=out, tty=False, interval_s=10, clock=clock)
     progress.start("save", 100 * MIB)  # an estimate, lower than what comes
+    assert out.getvalue() == ""  # nothing counted yet: nothing to show
     for _ in range(12):
         clock.now += 2
         progress.advance(10 * MIB)
     progress.finish()
     lines = out.getvalue().splitlines()
-    assert lines[0] == "save: 0/100 MiB (0%), 0.0 MiB/s"
+    assert lines[0] == "save: 20/100 MiB (20%), 5.0 MiB/s, ETA 16 s"  # min_bytes counted
     assert lines[1] == "save: 50/100 MiB (50%), 5.0 MiB/s, ETA 10 s"  # after 10 s
     assert lines[2] == "save: 100/100 MiB (100%), 5.0 MiB/s"  # after 20 s
     assert lines[-1] == "save: 120/120 MiB (100%), 5.0 MiB/s in 24 s"  # the total grew
@@ -157,3 +161,30 @@ def test_a_small_phase_shows_nothing_and_one_that_grows_big_shows_from_then_on()
     progress.finish()
     assert out.getvalue().splitlines() == ["save: 20/20 MiB (100%), 20.0 MiB/s",
                                            "save: 20/20 MiB (100%), 20.0 MiB/s in 1 s"]
+
+
+def test_a_big_phase_shows_nothing_before_it_has_counted_min_bytes():
+    for tty in (False, True):
+        out, clock = (Terminal() if tty else io.StringIO()), Clock()
+        progress = ByteProgress(stream=out, tty=tty, clock=clock)
+        progress.start("verify", 544 * MIB)
+        clock.now += 30
+        progress.advance(10240)  # one tar header block: the work has not really started
+        assert out.getvalue() == "", tty
+        progress.advance(16 * MIB)
+        assert "verify" in out.getvalue(), tty
+
+
+def test_a_header_refusal_of_a_big_archive_is_one_line_without_progress(tmp_path):
+    # The member with '..' is refused from its header, before its 20 MiB are read.
+    archive = tmp_path / "bundle.tar"
+    data = tmp_path / "zeros"
+    with data.open("wb") as handle:
+        handle.truncate(20 * MIB)
+    with tarfile.open(archive, "w") as tar:
+        tar.add(data, arcname="b/../images.tar.zst")
+    assert archive.stat().st_size > 20 * MIB
+    done = CliRunner().invoke(cli, ["bundle", "verify", str(archive), "--insecure-unsigned"])
+    assert done.exit_code == 7
+    (line,) = done.output.strip().splitlines()
+    assert "climbs out with '..'" in line and "MiB" not in line

@@ -18,10 +18,11 @@ from stackpin.abi import WheelInfo, parse_wheel_filename
 from stackpin.checks import settings, studio, wheels
 from stackpin.checks.context import Context, Severity, Violation, Wheel
 from stackpin.checks.settings import excludes_numpy2
-from stackpin.errors import ValidationError
-from stackpin.matrix import Cell, PinnedWheel, pinned_wheels
+from stackpin.errors import ConfigurationError, ValidationError
+from stackpin.matrix import Cell, PinnedWheel, cell_problems_of, pinned_wheels
 
-__all__ = ["Severity", "Violation", "check_cell", "check_cells", "excludes_numpy2"]
+__all__ = ["Severity", "Violation", "check_cell", "check_cells", "excludes_numpy2",
+           "require_resolvable"]
 
 _RULES: tuple[Callable[[Context], Iterator[Violation]], ...] = (
     settings.boundary,
@@ -53,3 +54,17 @@ def _parse(path: str, pin: PinnedWheel) -> Wheel:
     except ValidationError:
         info = None
     return Wheel(path=path, pin=pin, info=info)
+
+
+def require_resolvable(cell: Cell) -> None:
+    """Refuse a cell with a malformed value (3) or a rule violation (4) before anything is
+    resolved, locked, downloaded or written for it; warnings (unpinned hashes) pass."""
+    if problems := cell_problems_of(cell):
+        msg = (f"{cell.id}: {problems[0]}; nothing was done: 'stackpin matrix check' lists "
+               "every problem")
+        raise ConfigurationError(msg)
+    errors = [v for v in check_cell(cell) if v.severity == "error"]
+    if errors:
+        msg = (f"{errors[0]}; nothing was done ({len(errors)} violation(s); "
+               "'stackpin matrix check' lists all)")
+        raise ValidationError(msg)

@@ -13,6 +13,7 @@ from stackpin.build import execute, plan, preflight, stage, vet_cell
 from stackpin.bundle.source import load_bundled_base, recorded_commit
 from stackpin.cache import cache_dir
 from stackpin.cli.common import (
+    ExistingPath,
     F,
     builder_option,
     cell_argument,
@@ -73,7 +74,7 @@ def build_options(func: F) -> F:
 @cell_argument
 @variant_option(help="Which image(s) of the cell to build.")
 @click.option("--no-cache", is_flag=True, help="Rebuild every layer.")
-@click.option("--base-tar", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--base-tar", type=ExistingPath("file"),
               help="Load the base image from this `docker save` tar first (air-gapped sites).")
 @click.option("--no-normalize", is_flag=True,
               help="Keep the builder's image as is (build-time mtimes and dates): faster, "

@@ -17,10 +17,12 @@ from stackpin.bundle import trust
 from stackpin.bundle import verify as verifying
 from stackpin.cli.common import (
     DEFAULT_CELL,
+    ExistingPath,
     F,
     cells_argument,
     echo_json,
     json_option,
+    output_folder,
     project_layout,
     variant_option,
 )
@@ -29,7 +31,7 @@ from stackpin.engine.docker_api import DockerEngine
 from stackpin.target import Layout, resolve_many
 from stackpin.untrusted import shown
 
-_SOURCE = click.Path(path_type=Path)
+_SOURCE = ExistingPath("either")
 
 
 def _trust_options(func: F) -> F:
@@ -39,7 +41,7 @@ def _trust_options(func: F) -> F:
         help=f"Skip the signature check (also {trust.INSECURE_ENV}=1); every line then says "
              "so. Only for bundles from a source you trust by other means.")(func)
     return click.option(
-        "--pubkey", type=click.Path(dir_okay=False, path_type=Path),
+        "--pubkey", type=ExistingPath("file"),
         help=f"The signer's stackpin.pub. Default: ${trust.PUBKEY_ENV}, else "
              f"{trust.SITE_TRUST_FILE}. Without a trusted key the bundle is refused.")(func)
 
@@ -78,10 +80,10 @@ def command() -> None:
 @command.command(name="export")
 @cells_argument
 @variant_option(help="Which image(s) of each cell.")
-@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), required=True,
+@click.option("-o", "--out", "out_dir", type=output_folder(), required=True,
               help="The bundle folder to write (created by a rename at the end).")
 @click.option("--archive", is_flag=True, help="Also pack the folder into OUT.tar.")
-@click.option("--sign-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--sign-key", type=ExistingPath("file"),
               help="stackpin.key to sign manifest.json with (`stackpin keys generate`).")
 @click.option("--with-wheels", is_flag=True,
               help="Include what `stackpin build --offline` needs to rebuild the images at the "

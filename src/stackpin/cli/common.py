@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import click
 
@@ -72,3 +74,29 @@ def json_option(func: F) -> F:
 
 def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+class ExistingPath(click.Path):
+    """A path argument that must exist and be of its kind: a missing path, a folder where a
+    file is wanted (or the reverse), a device or a fifo is a usage error (exit 2), found
+    while the command line is read, before the verb does anything."""
+
+    def __init__(self, kind: Literal["file", "folder", "either"]) -> None:
+        super().__init__(exists=True, file_okay=kind != "folder", dir_okay=kind != "file",
+                         path_type=Path)
+        self.kind = kind
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        path = super().convert(value, param, ctx)
+        mode = Path(os.fsdecode(path)).stat().st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            self.fail(f"{click.format_filename(path)!r} is a device, fifo or socket, not a "
+                      f"{'file or folder' if self.kind == 'either' else self.kind}", param, ctx)
+        return path
+
+
+def output_folder() -> click.Path:
+    """A folder a verb writes into (created when missing): an existing file there is a usage
+    error, not something to write over."""
+    return click.Path(file_okay=False, path_type=Path)

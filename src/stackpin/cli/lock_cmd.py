@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from stackpin.checks import require_resolvable
 from stackpin.cli.common import cell_argument, echo_json, json_option, project_layout
 from stackpin.lock import lock_from_resolution, lock_path, write_text_atomic
 from stackpin.render import base_reference
@@ -26,6 +27,7 @@ def command(cell_id: str, refresh: bool, as_json: bool) -> None:
     layout = project_layout()
     root = layout.root
     cell = load_cell(layout, cell_id)
+    require_resolvable(cell)
     resolution = resolve_cell(cell, Pip(), use_cache=not refresh)
     lock = lock_from_resolution(cell, resolution, base_reference=base_reference(cell),
                                 base_digest=cell.base.digest)

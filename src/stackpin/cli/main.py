@@ -13,18 +13,27 @@ from stackpin.errors import EXIT_INTERRUPTED, HostEnvironmentError, StackpinErro
 from stackpin.untrusted import shown
 
 EXIT_BUG = 1
+USAGE = click.UsageError.exit_code  # 2, README: usage
 
 
 class _Group(click.Group):
     """Maps every error to its exit code and one line on stderr (traceback with --debug).
 
-    StackpinError carries its own code; an OSError the code did not expect is the host's
-    (exit 8); anything else is a bug in stackpin (exit 1), reported as such.
+    A usage error (an unknown option, an argument naming a missing path or a path of the
+    wrong kind) is exit 2; StackpinError carries its own code; an OSError the code did not
+    expect is the host's (exit 8); anything else is a bug in stackpin (exit 1).
     """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # a bare group: its help is the answer
+        except click.UsageError as exc:
+            # One line like every other error, naming the argument and where help is.
+            where = exc.ctx.command_path if exc.ctx else "stackpin"
+            _line(f"stackpin: usage error: {exc.format_message()} (see '{where} --help')")
+            ctx.exit(USAGE)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except StackpinError as exc:

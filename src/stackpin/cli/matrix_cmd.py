@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import click
 
 from stackpin.boundary import GUIDE, Conflict
 from stackpin.checks import Violation, check_cells
-from stackpin.cli.common import all_cells, echo_json, json_option, project_layout
+from stackpin.cli.common import (
+    ExistingPath,
+    all_cells,
+    echo_json,
+    json_option,
+    project_layout,
+)
 from stackpin.declared import Problem
 from stackpin.errors import ConfigurationError, ValidationError
 from stackpin.lock import read_lock, stale_reason
@@ -56,7 +63,7 @@ def _summary(cell: Cell) -> dict[str, object]:
 
 
 @command.command(name="check")
-@click.argument("files", nargs=-1, type=click.Path(path_type=Path))
+@click.argument("files", nargs=-1, type=ExistingPath("file"))
 @click.option("--no-resolve", is_flag=True,
               help="Skip the dependency resolution (only the rules on the matrix itself).")
 @json_option
@@ -72,25 +79,19 @@ def check(files: tuple[Path, ...], no_resolve: bool, as_json: bool) -> None:
     one line per conflict. A cell whose committed lock is current is not resolved again;
     results are cached by the resolution's inputs, so a second run works offline.
 
-    Exit 0 when only warnings remain, 3 on unreadable or malformed files, 4 on
-    consistency violations or resolution conflicts.
+    A cell with a malformed setting or a violation is never resolved. Exit 0 when only
+    warnings remain, 2 when a FILE is missing or not a regular file, 3 on unreadable or
+    malformed files, 4 on consistency violations or resolution conflicts.
     """
     paths = list(files) or project_layout().matrix_files()
-    problems: list[tuple[str, Problem]] = []
-    cells: list[Cell] = []
-    declared: list[tuple[str, list[str]]] = []
-    for path in paths:
-        matrix, found = decode_matrix_lenient(parse_toml(path))
-        problems += [(str(path), p) for p in found]
-        if matrix is not None:
-            cells += matrix.cells.values()
-            declared.append((str(path), list(matrix.cells)))
-    problems += [(source, Problem(where, message))
-                 for source, (where, message) in duplicate_ids(declared)]
+    problems, cells, blocked = _read_matrices(paths)
     violations = check_cells(cells)
     broken = {v.cell for v in violations if v.severity == "error"}
+    # Only a cell with no problem and no violation reaches pip: a malformed one could name
+    # a URL, a path or an unbounded version, and resolving it would act on that.
+    resolvable = [c for c in cells if id(c) not in blocked and c.id not in broken]
     conflicts = [] if no_resolve else resolution_conflicts(
-        [c for c in cells if c.id not in broken], project_layout().root, Pip())
+        resolvable, project_layout().root, Pip())
     errors = [v for v in violations if v.severity == "error"]
     warnings = [v for v in violations if v.severity != "error"]
     if as_json:
@@ -105,6 +106,41 @@ def check(files: tuple[Path, ...], no_resolve: bool, as_json: bool) -> None:
         msg_0 = (f"{len(errors)} violation(s) and {len(conflicts)} resolution conflict(s) in "
                  f"{len(cells)} cell(s); see above")
         raise ValidationError(msg_0)
+
+
+def _read_matrices(paths: list[Path]) -> tuple[list[tuple[str, Problem]], list[Cell], set[int]]:
+    """Every (file, problem), every decoded cell, and the id() of each cell a problem is
+    about (those are never resolved)."""
+    problems: list[tuple[str, Problem]] = []
+    cells: list[Cell] = []
+    declared: list[tuple[str, list[str]]] = []
+    blocked: set[int] = set()
+    for path in paths:
+        matrix, found = decode_matrix_lenient(parse_toml(path))
+        problems += [(str(path), p) for p in found]
+        if matrix is not None:
+            cells += matrix.cells.values()
+            declared.append((str(path), list(matrix.cells)))
+            blocked |= {id(c) for c in _with_problems(matrix.cells.values(), found)}
+    for source, (where, message) in duplicate_ids(declared):
+        problems.append((source, Problem(where, message)))
+        blocked |= {id(c) for c in cells if f"cells.{c.id}" == where}
+    return problems, cells, blocked
+
+
+def _with_problems(cells: Iterable[Cell], found: list[Problem]) -> list[Cell]:
+    """The cells a file's problems are about; a problem outside every cell (the schema
+    version, say) puts the whole file in doubt, so it is about all of them."""
+    about = {id(cell): (cell, _about(cell, found)) for cell in cells}
+    covered = {p for _cell, problems in about.values() for p in problems}
+    if any(p not in covered for p in found):
+        return [cell for cell, _problems in about.values()]
+    return [cell for cell, problems in about.values() if problems]
+
+
+def _about(cell: Cell, found: list[Problem]) -> list[Problem]:
+    where = f"cells.{cell.id}"
+    return [p for p in found if p.path == where or p.path.startswith((f"{where}.", f"{where}["))]
 
 
 def resolution_conflicts(cells: list[Cell], root: Path, pip: Pip) -> list[Conflict]:

@@ -57,12 +57,13 @@ BAR_REDRAW_S = 0.2
 
 class ByteProgress:
     """A ``stackpin.meter.Meter`` for people: click's progress bar on a terminal (done/total,
-    rate, percent, ETA), and in CI or a pipe one plain line at the start, one every
-    ``interval_s`` seconds and one at the end, each with done/total, rate and ETA.
+    rate, percent, ETA), and in CI or a pipe one plain line once the work is under way, one
+    every ``interval_s`` seconds and one at the end, each with done/total, rate and ETA.
 
-    A phase shows nothing until it is known to reach ``min_bytes`` (its total or what it
-    counted): small bundles finish before anyone looks, and a refused one keeps its error
-    to one line.
+    A phase shows nothing until it has counted ``min_bytes``: progress is for work that has
+    started. A small bundle finishes before anyone looks, and a refusal that came from a
+    header or a listing (a member with '..', a link, a missing file), before the bytes
+    were read, keeps its error to one line instead of following "0/544 MiB (0%)".
     """
 
     def __init__(self, *, stream: TextIO | None = None, tty: bool | None = None,
@@ -120,7 +121,7 @@ class ByteProgress:
             click.echo(f"{self._label}: {self._figures()} in {elapsed:.0f} s", file=self.stream)
 
     def _show_if_big(self) -> None:
-        if max(self._total, self._done) < self.min_bytes:
+        if self._done == 0 or self._done < self.min_bytes:
             return
         self._visible = True
         if self.tty:

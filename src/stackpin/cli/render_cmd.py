@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from stackpin import __version__
-from stackpin.cli.common import cell_argument, project_layout, variant_option
+from stackpin.cli.common import cell_argument, output_folder, project_layout, variant_option
 from stackpin.context import write_rendered
 from stackpin.render import Rendered, RenderRequest, render
 from stackpin.target import Layout, load_cell, optional_lock, selected_variants
@@ -32,7 +32,7 @@ def render_cell(cell_id: str, variant: str, layout: Layout) -> Rendered:
 @cell_argument
 @variant_option(allow_all=False, help="Which image of the cell.")
 @click.option(
-    "-o", "--output", type=click.Path(path_type=Path), help="Write the build files to this folder."
+    "-o", "--output", type=output_folder(), help="Write the build files to this folder."
 )
 def command(cell_id: str, variant: str, output: Path | None) -> None:
     """Render the Dockerfile of CELL (default: the CPU default cell).

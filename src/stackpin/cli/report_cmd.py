@@ -8,7 +8,7 @@ import click
 
 from stackpin import grid as gridlib
 from stackpin import reports as reportlib
-from stackpin.cli.common import project_root
+from stackpin.cli.common import ExistingPath, project_root
 from stackpin.errors import ConfigurationError, VerificationError
 from stackpin.lock import write_text_atomic
 from stackpin.matrix import Cell, load_cells
@@ -36,13 +36,13 @@ def command() -> None:
 
 
 @command.command(name="grid")
-@click.argument("reports", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("reports", nargs=-1, required=True, type=ExistingPath("either"))
 @click.option(
     "-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
     default=Path("build/grid"), show_default=True, help="Folder for grid.md/.html/.json/.xml.",
 )
 @click.option(
-    "--baseline", type=click.Path(file_okay=False, path_type=Path),
+    "--baseline", type=ExistingPath("folder"),
     help="A previous grid output folder; worse checks and moved numbers are marked.",
 )
 @click.option(
@@ -50,7 +50,7 @@ def command() -> None:
     help="Relative move of a key number that counts as a change against the baseline.",
 )
 @click.option(
-    "--cells-from", type=click.Path(path_type=Path),
+    "--cells-from", type=ExistingPath("folder"),
     help="Matrix folder whose cells x variants get a 'not run' row when no report covers "
     "them [default: pinning/].",
 )

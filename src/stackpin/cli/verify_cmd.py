@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from stackpin.cli.common import (
+    ExistingPath,
     cell_argument,
     echo_json,
     json_option,
@@ -98,8 +99,8 @@ def run(cell_id: str, variant: str, levels: str, dtype: str, as_json: bool) -> N
 
 
 @command.command(name="diff")
-@click.argument("before", type=click.Path(path_type=Path))
-@click.argument("after", type=click.Path(path_type=Path))
+@click.argument("before", type=ExistingPath("file"))
+@click.argument("after", type=ExistingPath("file"))
 @click.option("--fail-on-regression", is_flag=True, help="Exit 6 when a check got worse.")
 @json_option
 def diff(before: Path, after: Path, fail_on_regression: bool, as_json: bool) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from stackpin.checks import require_resolvable
 from stackpin.cli.common import cell_argument, echo_json, json_option, project_layout
 from stackpin.errors import ValidationError
 from stackpin.lock import lock_path, relock
@@ -32,6 +33,7 @@ def fetch_cmd(cell_id: str, verbose: bool, as_json: bool) -> None:
     layout = project_layout()
     root = layout.root
     cell = load_cell(layout, cell_id)
+    require_resolvable(cell)
 
     def show(line: str) -> None:
         if verbose:
