@@ -173,7 +173,7 @@ def test_no_kernel_image_from_sdpa_fails_every_l3_case(tmp_path):
     done = run_with_fault("sdpa_no_kernel_image", "--levels", "3", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     sdpa = [c for c in json.loads(done.stdout)["checks"] if c["name"].startswith("L3.sdpa.")]
-    assert len(sdpa) == 24
+    assert len(sdpa) == 24 + 24 + 6  # plain, padded-batch and range cases
     assert all(c["status"] == "fail" and NO_KERNEL in c["reason"] for c in sdpa)
 
 
