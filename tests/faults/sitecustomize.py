@@ -19,6 +19,11 @@ calls. The unit tests run it on CPU; docs/evidence/h200-faults ran it on an H200
 - ``flash_cu_seqlens_k_ignored``: varlen reads the keys with ``cu_seqlens_q``.
 - ``flash_causal_top_left``: varlen aligns the causal mask top-left when seqlen_q <
   seqlen_k (flash-attention before 2.1), by cutting each sequence's keys to its queries.
+- ``lora_A_frozen``: every lora_A gets a zero gradient (half the adapter's matrices never
+  learn; lora_B alone still lowers the loss and memorises).
+- ``lora_layer1_frozen``: the adapter of layer 1 gets zero gradients (its lora_B stays 0).
+- ``adamw_skips_half``: AdamW is handed every other parameter only.
+- ``adapter_saved_stale``: save_pretrained writes the last lora_B as zeros.
 - ``torch_import_sigbus``: importing torch kills the process with SIGBUS, as a truncated
   extension module does (the suite's own process must survive to report it).
 """
@@ -101,6 +106,8 @@ def patches(fault: str) -> list[tuple[Any, str, Any]]:
         }
         if fault in edge:
             return [(F, "scaled_dot_product_attention", edge[fault](sdpa))]
+    if fault in LORA_FAULTS:
+        return lora_patches(fault)
     if fault in FLASH_EDGE_FAULTS:
         return flash_edge_patches(fault)
     if fault in ("flash_noise", "flash_causal_ignored"):
@@ -218,6 +225,61 @@ def _causal_top_left(fn: Any) -> Any:
         cut = torch.tensor([0, *torch.tensor([len(x) for x in keep]).cumsum(0).tolist()],
                            dtype=cu_k.dtype, device=cu_k.device)
         return fn(q, k[index], v[index], cu_q, cut, max_q, max_q, *args, **kwargs)
+
+    return wrapper
+
+
+LORA_FAULTS = ("lora_A_frozen", "lora_layer1_frozen", "adamw_skips_half", "adapter_saved_stale")
+
+
+def lora_patches(fault: str) -> list[tuple[Any, str, Any]]:
+    import peft
+    import torch
+
+    if fault == "adamw_skips_half":
+        return [(torch.optim, "AdamW", _half_adamw(torch.optim.AdamW))]
+    if fault == "adapter_saved_stale":
+        return [(peft.PeftModel, "save_pretrained", _stale_save(peft.PeftModel.save_pretrained))]
+    part = ".lora_A." if fault == "lora_A_frozen" else ".layers.1."
+    return [(peft, "get_peft_model", _frozen(peft.get_peft_model, part))]
+
+
+def _frozen(get_peft_model: Any, part: str) -> Any:
+    import torch
+
+    @functools.wraps(get_peft_model)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        model = get_peft_model(*args, **kwargs)
+        for name, param in model.named_parameters():
+            if "lora_" in name and part in name:
+                param.register_hook(torch.zeros_like)
+        return model
+
+    return wrapper
+
+
+def _half_adamw(adamw: Any) -> Any:
+    class HalfAdamW(adamw):  # type: ignore[misc, valid-type]
+        def __init__(self, params: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(list(params)[::2], *args, **kwargs)
+
+    return HalfAdamW
+
+
+def _stale_save(save: Any) -> Any:
+    import torch
+
+    @functools.wraps(save)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        last = [p for n, p in self.named_parameters() if ".lora_B." in n][-1]
+        kept = last.detach().clone()
+        with torch.no_grad():
+            last.zero_()
+        try:
+            return save(self, *args, **kwargs)
+        finally:
+            with torch.no_grad():
+                last.copy_(kept)
 
     return wrapper
 
