@@ -24,6 +24,8 @@ calls. The unit tests run it on CPU; docs/evidence/h200-faults ran it on an H200
 - ``lora_layer1_frozen``: the adapter of layer 1 gets zero gradients (its lora_B stays 0).
 - ``adamw_skips_half``: AdamW is handed every other parameter only.
 - ``adapter_saved_stale``: save_pretrained writes the last lora_B as zeros.
+- ``matmul_fp16_accumulate``: fp16/bf16 matmuls sum K in chunks of 16 with the running sum
+  kept in the input dtype (a kernel whose accumulator is narrower than float32).
 - ``torch_import_sigbus``: importing torch kills the process with SIGBUS, as a truncated
   extension module does (the suite's own process must survive to report it).
 """
@@ -82,6 +84,9 @@ def patches(fault: str) -> list[tuple[Any, str, Any]]:
 
     if fault == "matmul_no_kernel_image":
         return [(torch.Tensor, "__matmul__", _raise), (torch, "matmul", _raise)]
+    if fault == "matmul_fp16_accumulate":
+        narrow = _narrow_accumulate(torch.matmul)
+        return [(torch, "matmul", narrow), (torch.Tensor, "__matmul__", narrow)]
     sdpa = F.scaled_dot_product_attention
     if fault == "sdpa_no_kernel_image":
         return [(F, "scaled_dot_product_attention", _raise)]
@@ -130,6 +135,27 @@ def _scaled_logits(forward: Any) -> Any:
         out = forward(*args, **kwargs)
         out.logits = out.logits * LOGIT_SCALE
         return out
+
+    return wrapper
+
+
+ACCUMULATE_CHUNK = 16
+
+
+def _narrow_accumulate(matmul: Any) -> Any:
+    import torch
+
+    @functools.wraps(matmul)
+    def wrapper(a: Any, b: Any) -> Any:
+        k = a.shape[-1]
+        if a.dtype not in (torch.float16, torch.bfloat16) or k <= ACCUMULATE_CHUNK:
+            return matmul(a, b)
+        total = None
+        for start in range(0, k, ACCUMULATE_CHUNK):
+            part = matmul(a[..., start : start + ACCUMULATE_CHUNK],
+                          b[..., start : start + ACCUMULATE_CHUNK, :])
+            total = part if total is None else total + part  # rounded to the input dtype
+        return total
 
     return wrapper
 

@@ -260,7 +260,8 @@ def tensor_checks(ctx: Context) -> list[CheckResult]:
 
 def check_tensors_learned(ctx: Context) -> Metrics:
     session = trained_session(ctx)
-    assert session.initial is not None and session.trace is not None
+    assert session.initial is not None
+    assert session.trace is not None
     trained = lora_tensors.adapter_tensors(session.model)
     steps = len(session.trace.losses)
     moves, reason = lora_tensors.judge_moved(session.initial, trained, lr=LORA_LR, steps=steps)
