@@ -43,6 +43,16 @@ SCORED: dict[str, tuple[str, ...]] = {
     "report": ("summarise", "exit_code"),
     "runner": ("judge_level",),
     "training": ("judge_*",),
+    # Issue 22's criteria.
+    "masked": ("key_valid", "padded_mask", "additive", "sdpa_masked", "pad_batch", "unpad_rows",
+               "_bounds", "masked_math", "per_sequence_reference", "check_padded_sdpa",
+               "judged", "check_varlen_qk"),
+    "attention_range": ("range_inputs", "max_logit", "judge_finite", "compare_forward",
+                        "check_range"),
+    "dtk_env": ("*",),
+    "gemm_shapes": ("unit_roundoff", "bound_for", "judge_product", "operands", "check_shape"),
+    "lora_tensors": ("*",),
+    "batched": ("*",),
 }
 
 # Mutant name -> why it is equivalent: no input the function can get tells it apart from the
