@@ -130,14 +130,14 @@ def check_shape(
     unsupported: Callable[[str], str | None],
     matmul: Matmul | None = None,
 ) -> Metrics:
-    """``matmul`` replaces ``torch.matmul`` (tests inject a kernel accumulating in fp16)."""
+    """``matmul`` replaces ``a @ b`` (tests inject a kernel accumulating in fp16)."""
     why = unsupported(dtype_name)
     if why:
         raise Skip(why)
     dtype = DTYPES[dtype_name]
     shape = (GPU_SHAPES if ctx.accelerated else CPU_SHAPES)[case]
     a, b = operands(shape, dtype, ctx.device)
-    out = (matmul or torch.matmul)(a, b)
+    out = matmul(a, b) if matmul else a @ b
     metrics, reason = judge_product(out, a, b, bound_for(dtype, ctx.device))
     metrics["shape"] = list(shape)
     if reason:
