@@ -50,7 +50,8 @@ SCORED: dict[str, tuple[str, ...]] = {
     "attention_range": ("range_inputs", "max_logit", "judge_finite", "compare_forward",
                         "check_range"),
     "dtk_env": ("*",),
-    "gemm_shapes": ("unit_roundoff", "bound_for", "judge_product", "operands", "check_shape"),
+    "gemm_shapes": ("unit_roundoff", "bound_for", "judge_product", "unravel", "operands",
+                    "check_shape"),
     "lora_tensors": ("*",),
     "batched": ("*",),
 }

@@ -97,3 +97,9 @@ def test_unsupported_dtype_skips_with_the_reason():
     check = functools.partial(gemm_shapes.check_shape, CTX, "fp16", "edges", lambda d: "no fp16")
     result = run_check("L1.gemm.fp16.edges", check)
     assert (result.status, result.reason) == ("skip", "no fp16")
+
+
+def test_unravel_gives_the_coordinates_of_a_flat_index():
+    assert gemm_shapes.unravel(0, (2, 3)) == [0, 0]
+    assert gemm_shapes.unravel(5, (2, 3)) == [1, 2]
+    assert gemm_shapes.unravel(7, (2, 3, 4)) == [0, 1, 3]

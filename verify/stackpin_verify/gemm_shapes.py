@@ -83,9 +83,9 @@ def bound_for(dtype: torch.dtype, device: torch.device) -> Bound:
 def judge_product(
     out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bound: Bound
 ) -> tuple[Metrics, str | None]:
-    """``out`` against float64 on the same inputs, element by element."""
-    out64 = out.detach().to("cpu", torch.float64)
-    a64, b64 = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
+    """``out`` against float64 on the same inputs, element by element (computed where the
+    operands are: the GPU shapes are GFLOPs in float64, seconds on a host CPU)."""
+    out64, a64, b64 = (t.detach().to(torch.float64) for t in (out, a, b))
     bad = int((~torch.isfinite(out64)).sum())
     if bad:
         return {"nonfinite": bad}, f"{bad} non-finite values in the product"
@@ -101,8 +101,9 @@ def judge_product(
     worst = float(ratio.max())
     metrics: Metrics = {"k": k, "worst_ratio": worst, "bound": bound.to_json()}
     if not worst <= 1.0:
-        where = [int(i) for i in torch.unravel_index(ratio.argmax(), ratio.shape)]
-        err = float((out64 - ref).abs().flatten()[ratio.argmax()])
+        flat = int(ratio.argmax())
+        where = unravel(flat, tuple(ratio.shape))
+        err = float((out64 - ref).abs().flatten()[flat])
         reason = (
             f"error {err:.3g} at {where} is {worst:.4g}x the bound u_out |c| + "
             f"{LAMBDA:g} sqrt(K={k}) u_acc |A||B| (u_out {bound.u_out:.3g}, u_acc "
@@ -110,6 +111,15 @@ def judge_product(
         )
         return metrics, reason
     return metrics, None
+
+
+def unravel(index: int, shape: tuple[int, ...]) -> list[int]:
+    """A flat index as coordinates (torch.unravel_index is 2.2+; the cells pin 2.1)."""
+    coords = []
+    for size in reversed(shape):
+        coords.append(index % size)
+        index //= size
+    return coords[::-1]
 
 
 def operands(
