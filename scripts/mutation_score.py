@@ -43,12 +43,22 @@ SCORED: dict[str, tuple[str, ...]] = {
     "report": ("summarise", "exit_code"),
     "runner": ("judge_level",),
     "training": ("judge_*",),
+    # Issue 22's criteria.
+    "masked": ("key_valid", "padded_mask", "additive", "sdpa_masked", "pad_batch", "unpad_rows",
+               "_bounds", "masked_math", "per_sequence_reference", "check_padded_sdpa",
+               "judged", "check_varlen_qk"),
+    "attention_range": ("range_inputs", "max_logit", "judge_finite", "compare_forward",
+                        "check_range"),
+    "dtk_env": ("*",),
+    "gemm_shapes": ("unit_roundoff", "bound_for", "judge_product", "unravel", "operands",
+                    "check_shape"),
+    "lora_tensors": ("*",),
+    "batched": ("*",),
 }
 
 # Mutant name -> why it is equivalent: no input the function can get tells it apart from the
 # original ("on CPU": no input on the measuring host, which has no accelerator).
 _P = "stackpin_verify."
-_NONE_IS_FALSY = "environ.get(var) returns None where the original returns '': both falsy"
 _NAN = 'float("NAN") is the same NaN as float("nan")'
 _TO_NONE = ".to(None) keeps the dtype; the subtraction promotes to the reference's dtype anyway"
 _CPU_DEVICE = "on CPU: device=None is the CPU, where the inputs are"
@@ -57,8 +67,6 @@ _CPU_DTYPE = "on CPU: the training dtype is float32, the dtype a model is built 
 EQUIVALENT: dict[str, str] = {
     _P + "level0.x__arch_key__mutmut_9": "split(':') keeps the same first field",
     _P + "level0.x__arch_key__mutmut_12": "split(':', 2) keeps the same first field",
-    _P + "level0.x_judge_dtk_env__mutmut_9": _NONE_IS_FALSY,
-    _P + "level0.x_judge_dtk_env__mutmut_11": _NONE_IS_FALSY,
     _P + "level1.x_judge_bench_agreement__mutmut_10": _NAN,
     _P + "level1.x_judge_gemm__mutmut_2": _TO_NONE,
     _P + "level3.x__compare_varlen__mutmut_15": _CPU_DEVICE,

@@ -147,6 +147,8 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
         "cell": cell.id,
         "variant": req.variant,
         "platform": cell.platform,
+        # The DTK/ROCm/CUDA release the cell targets: verify L0.dtk_env reads it in paths.
+        "platform_version": cell.platform_version,
         "arch": list(cell.arch),
         "lock_digest": lock.digest if lock else "unlocked",
         "torch": torch_version(cell),

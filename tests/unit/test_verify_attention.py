@@ -15,7 +15,7 @@ import pytest
 import torch
 import verify_helpers
 
-from stackpin_verify import attention, level3
+from stackpin_verify import attention, attention_range, level3, masked
 from stackpin_verify.attention import (
     TensorError,
     compare_attention,
@@ -446,7 +446,9 @@ def test_flash_image_without_an_accelerator_fails_the_import_gate():
     assert gate.reason == (
         "no accelerator: FlashAttention runs on GPUs only, but the image's attention is flash_attn"
     )
-    assert len(results) == len(FLASH_CASES) + 2  # gate, cases, speedup
+    dtypes = level3.dtype_names(ctx, "flash")
+    edges = len(masked.varlen_qk_names(dtypes)) + len(attention_range.range_names("flash", dtypes))
+    assert len(results) == len(FLASH_CASES) + edges + 2  # gate, cases, edge cases, speedup
     assert all(r.status == "skip" for r in results[1:])
     assert results[1].reason.startswith("L3.flash.import did not pass: no accelerator")
 

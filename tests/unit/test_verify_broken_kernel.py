@@ -86,10 +86,9 @@ def test_cpu_device_report():
 def test_gemm_raising_no_kernel_image_fails_every_dtype_on_cpu(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "__matmul__", _raise)
     results = level1.run(verify_helpers.cpu_context())
-    assert [(r.name, r.status) for r in results] == [
-        ("L1.gemm.fp32", "fail"), ("L1.gemm.fp16", "fail"), ("L1.gemm.bf16", "fail"),
-    ]
-    assert all(NO_KERNEL in r.reason for r in results)
+    assert [r.name for r in results[:3]] == ["L1.gemm.fp32", "L1.gemm.fp16", "L1.gemm.bf16"]
+    assert len(results) == 3 + 9  # and edges, large_k, batched per dtype
+    assert all(r.status == "fail" and NO_KERNEL in r.reason for r in results)
 
 
 def test_gemm_raising_no_kernel_image_fails_on_an_accelerator(monkeypatch):
@@ -173,7 +172,7 @@ def test_no_kernel_image_from_sdpa_fails_every_l3_case(tmp_path):
     done = run_with_fault("sdpa_no_kernel_image", "--levels", "3", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     sdpa = [c for c in json.loads(done.stdout)["checks"] if c["name"].startswith("L3.sdpa.")]
-    assert len(sdpa) == 24
+    assert len(sdpa) == 24 + 24 + 6  # plain, padded-batch and range cases
     assert all(c["status"] == "fail" and NO_KERNEL in c["reason"] for c in sdpa)
 
 
@@ -257,3 +256,15 @@ def test_torch_import_killing_the_process_fails_l0_import_with_a_report(tmp_path
     from stackpin_verify import schema
 
     assert schema.validate(report_json, schema.load_schema()) == []
+
+
+def test_kernel_narrowing_bf16_fails_the_range_case_by_name_in_a_real_run(tmp_path):
+    done = run_with_fault("sdpa_narrow_bf16", "--levels", "3", "--dtype", "bf16", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
+    failed = sorted(name for name, c in checks.items() if c["status"] == "fail")
+    assert "L3.sdpa.bf16.range.values" in failed
+    assert "outputs are not finite (inf or NaN)" in checks["L3.sdpa.bf16.range.values"]["reason"]
+    # Every unit-variance case passes: only the range case sees the narrowing.
+    unit = [c for n, c in checks.items() if ".dense." in n or ".gqa." in n]
+    assert unit and all(c["status"] == "pass" for c in unit)

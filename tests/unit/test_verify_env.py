@@ -108,21 +108,6 @@ def test_pins_report_every_mismatch():
     )
 
 
-def test_dtk_env_must_exist_and_be_loaded(tmp_path):
-    script = tmp_path / "env.sh"
-    dtk = tmp_path / "dtk"
-    exists = lambda p: (tmp_path / p).exists()  # noqa: E731
-    assert (
-        level0.judge_dtk_env(str(script), {}, exists) == f"DTK env script {script} does not exist"
-    )
-    script.write_text("export ROCM_PATH=/opt/dtk\n")
-    reason = level0.judge_dtk_env(str(script), {"ROCM_PATH": str(dtk)}, exists)
-    assert reason is not None
-    assert reason.startswith("DTK env not loaded: neither ROCM_PATH nor DTK_PATH")
-    dtk.mkdir()
-    assert level0.judge_dtk_env(str(script), {"ROCM_PATH": str(dtk)}, exists) is None
-
-
 def test_image_info_loading(tmp_path):
     path = tmp_path / "image.json"
     path.write_text(json.dumps(verify_helpers.image_info()))

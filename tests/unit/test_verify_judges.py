@@ -93,34 +93,6 @@ def test_unparsable_version_is_an_error_naming_it():
         level0.satisfies("dev", "<2")
 
 
-def test_dtk_env_is_loaded_through_either_variable(tmp_path):
-    script = tmp_path / "env.sh"
-    script.write_text("export DTK_PATH=/opt/dtk\n")
-    dtk = tmp_path / "dtk"
-    dtk.mkdir()
-    exists = lambda p: bool(p) and (tmp_path / p).exists()  # noqa: E731
-    assert level0.judge_dtk_env(str(script), {"DTK_PATH": str(dtk)}, exists) is None
-    missing = str(tmp_path / "gone")
-    assert level0.judge_dtk_env(str(script), {"DTK_PATH": missing}, exists) == (
-        "DTK env not loaded: neither ROCM_PATH nor DTK_PATH names an existing directory "
-        f"({{'ROCM_PATH': None, 'DTK_PATH': '{missing}'}}); source {script} in the entrypoint"
-    )
-
-
-def test_dtk_env_never_asks_whether_an_unset_variable_exists(tmp_path):
-    script = tmp_path / "env.sh"
-    script.write_text("")
-    asked = []
-
-    def exists(path: str) -> bool:
-        asked.append(path)
-        return True  # "" or a default would count as an existing tree
-
-    reason = level0.judge_dtk_env(str(script), {}, exists)
-    assert asked == [str(script)]
-    assert reason is not None and reason.startswith("DTK env not loaded")
-
-
 def test_boundary_reasons_in_full():
     provided = {"torch": {"version": "2.9.0+das.opt1.dtk2604"},
                 "triton": {"version": "3.5.0+das.opt1.dtk2604"}}

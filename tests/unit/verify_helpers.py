@@ -49,3 +49,22 @@ def image_info(**overrides: Any) -> dict[str, Any]:
 
 def cpu_context(image: dict[str, Any] | None = None, **kwargs: Any) -> Context:
     return Context(backend="cpu", device=torch.device("cpu"), image=image, **kwargs)
+
+
+FAULTS_MODULE = ROOT / "tests" / "faults" / "sitecustomize.py"
+
+
+def fault_patches(fault: str) -> list[tuple[object, str, object]]:
+    """The (owner, attribute, replacement) triples tests/faults/sitecustomize.py applies at
+    a real run's start-up for ``fault``; tests apply them with monkeypatch."""
+    spec = importlib.util.spec_from_file_location("stackpin_faults_helper", FAULTS_MODULE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    patches: list[tuple[object, str, object]] = module.patches(fault)
+    return patches
+
+
+def apply_fault(monkeypatch: Any, fault: str) -> None:
+    for owner, name, replacement in fault_patches(fault):
+        monkeypatch.setattr(owner, name, replacement)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from stackpin_verify import boundary, capability, environment, imports
+from stackpin_verify import boundary, capability, dtk_env, environment, imports
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import Context
 
@@ -249,37 +249,25 @@ def check_pins(ctx: Context) -> Metrics:
     return metrics
 
 
-def judge_dtk_env(
-    env_script: str,
-    environ: Mapping[str, str],
-    exists: Callable[[str], bool],
-) -> str | None:
-    """The DTK env script must exist and have been sourced: forgetting it fails late and
-    confusingly (dcu-facts), so check the variables it exports point at a real tree."""
-    if not exists(env_script):
-        return f"DTK env script {env_script} does not exist"
-    for var in ("ROCM_PATH", "DTK_PATH"):
-        value = environ.get(var, "")
-        if value and exists(value):
-            return None
-    seen = {var: environ.get(var) for var in ("ROCM_PATH", "DTK_PATH")}
-    return (
-        f"DTK env not loaded: neither ROCM_PATH nor DTK_PATH names an existing directory "
-        f"({seen}); source {env_script} in the entrypoint"
-    )
-
-
 def check_dtk_env(ctx: Context) -> Metrics:
+    """The cell's DTK env script, sourced in a clean shell, against this process's
+    environment and the tree it names (dtk_env.py): forgetting it fails late and
+    confusingly (dcu-facts)."""
     env_script = ctx.image_field("env_script")
     if not env_script:
         msg = "image declares no DTK env script"
         raise Skip(msg)
-    metrics: Metrics = {
-        "env_script": env_script,
-        "ROCM_PATH": os.environ.get("ROCM_PATH"),
-        "DTK_PATH": os.environ.get("DTK_PATH"),
-    }
-    require(judge_dtk_env(env_script, os.environ, lambda p: Path(p).exists()), metrics)
+    if not Path(env_script).is_file():
+        msg = f"DTK env script {env_script} does not exist"
+        raise CheckFailed(msg, {"env_script": env_script})
+    version = dtk_env.cell_dtk_version(
+        ctx.image_field("platform_version"), ctx.image_field("torch")
+    )
+    try:
+        metrics, reason = dtk_env.check(env_script, os.environ, version)
+    except dtk_env.SourceError as exc:
+        raise CheckFailed(str(exc), {"env_script": env_script}) from exc
+    require(reason, metrics)
     return metrics
 
 

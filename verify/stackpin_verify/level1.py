@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from stackpin_verify import capability
+from stackpin_verify import capability, gemm_shapes
 from stackpin_verify.checks import CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import DTYPES, Context
 from stackpin_verify.timing import l2_flush, median_ms
@@ -47,10 +47,13 @@ Bench = Callable[[Callable[[], object]], float]
 
 
 def run(ctx: Context) -> list[CheckResult]:
-    return [
+    results = [
         run_check(f"L1.gemm.{name}", functools.partial(check_gemm, ctx, name))
         for name in ("fp32", "fp16", "bf16")
     ]
+    # Edges, a long K and a batched product, by the rounding bound (issue 22).
+    results.extend(gemm_shapes.run(ctx, functools.partial(dtype_unsupported, device=ctx.device)))
+    return results
 
 
 def gemm_size(device: torch.device) -> int:

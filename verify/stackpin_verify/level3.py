@@ -12,7 +12,7 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from stackpin_verify import attn_timing, capability, flashpkg
+from stackpin_verify import attention_range, attn_timing, capability, flashpkg, masked
 from stackpin_verify.attention import (
     AttnFn,
     compare_attention,
@@ -75,6 +75,7 @@ def run(ctx: Context) -> list[CheckResult]:
             run_check(case.name, functools.partial(check_sdpa, ctx, case))
             for case in cases(ctx, "sdpa")
         ]
+        results.extend(run_sdpa_edges(ctx))
         results.extend(run_flash(ctx))
         # Stable versus enhanced: the package against SDPA's default backend (issue 20).
         speed = functools.partial(attn_timing.check, ctx)
@@ -103,6 +104,40 @@ def cases(ctx: Context, kernel: str) -> list[Case]:
         for seqlen, dim in shapes
         for causal in (True, False)
     ]
+
+
+def run_sdpa_edges(ctx: Context) -> list[CheckResult]:
+    """SDPA with padding masks and at the top of each dtype's range (issue 22)."""
+    dtypes = dtype_names(ctx, "sdpa")
+    results = masked.run_sdpa(ctx, dtypes)
+    results.extend(
+        attention_range.run(
+            ctx,
+            "sdpa",
+            dtypes,
+            functools.partial(sdpa, causal=False),
+            functools.partial(sdpa_unsupported, device=ctx.device),
+        )
+    )
+    return results
+
+
+def run_flash_edges(ctx: Context, gate: CheckResult) -> list[CheckResult]:
+    """FlashAttention's uneven varlen and range cases, each skipping while the gate fails."""
+    dtypes = dtype_names(ctx, "flash")
+    flash = _flash(ctx) if gate.status == "pass" else None
+    results = masked.run_flash(ctx, dtypes, flash)
+    if flash is None:
+        skip = functools.partial(_skip, "L3.flash.import did not pass")
+        names = attention_range.range_names("flash", dtypes)
+        return results + [run_check(name, skip) for name, _, _ in names]
+
+    def unsupported(dtype: str) -> str | None:
+        return capability.unsupported(dtype, ctx.device, probe=lambda: None)
+
+    kernel = attention_range.flash_bhsd(flash.flash_attn_func)
+    results.extend(attention_range.run(ctx, "flash", dtypes, kernel, unsupported))
+    return results
 
 
 def sdpa_unsupported(name: str, device: torch.device) -> str | None:
@@ -169,6 +204,7 @@ def run_flash(ctx: Context) -> list[CheckResult]:
             results.append(run_check(case.name, functools.partial(_skip, why)))
             continue
         results.append(run_check(case.name, functools.partial(check_flash_case, ctx, case)))
+    results.extend(run_flash_edges(ctx, gate))
     speedup = (
         functools.partial(check_flash_speedup, ctx)
         if gate.status == "pass"

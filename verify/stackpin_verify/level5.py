@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from stackpin_verify import step_timing, tinylm, training
+from stackpin_verify import batched, lora_tensors, step_timing, tinylm, training
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import Context, tiny_work_threads
 
@@ -37,6 +37,8 @@ class LoraSession:
     trainable: int
     expected: int
     trace: training.Trace | None = None
+    # Each adapter tensor before training (lora_tensors judges how far each moved).
+    initial: dict[str, torch.Tensor] | None = None
 
 
 def run(ctx: Context) -> list[CheckResult]:
@@ -47,6 +49,7 @@ def run(ctx: Context) -> list[CheckResult]:
             run_check("L5.lora.train", functools.partial(check_lora_train, ctx)),
             run_check("L5.lora.recall", functools.partial(check_lora_recall, ctx)),
             run_check("L5.lora.adapter_roundtrip", functools.partial(check_adapter_roundtrip, ctx)),
+            *tensor_checks(ctx),
             run_check("L5.full_step", functools.partial(check_full_step, ctx)),
             # Stable versus enhanced: a step with each attention (issue 20).
             run_check(step_timing.CHECK, functools.partial(step_timing.check, ctx), required=False),
@@ -137,6 +140,7 @@ def trained_session(ctx: Context) -> LoraSession:
     """Train once per run; the later L5 checks reuse the result."""
     session = lora_session(ctx)
     if session.trace is None:
+        session.initial = lora_tensors.adapter_tensors(session.model)
         session.trace = training.train_steps(
             session.model, session.batch, steps=LORA_STEPS, lr=LORA_LR
         )
@@ -220,6 +224,7 @@ def check_adapter_roundtrip(ctx: Context) -> Metrics:
         base = tinylm.build_model(session.config, dtype=ctx.train_dtype(), device=ctx.device)
         base.load_state_dict(session.base_state)
         reloaded = PeftModel.from_pretrained(base, tmp).eval()
+        roundtrip_tensors(session.model, reloaded, Path(tmp))
     with torch.no_grad():
         before = session.model(input_ids=session.batch["input_ids"]).logits
         after = reloaded(input_ids=session.batch["input_ids"]).logits
@@ -228,6 +233,96 @@ def check_adapter_roundtrip(ctx: Context) -> Metrics:
     if not torch.equal(before, after):
         msg = f"reloaded adapter gives different logits (max_abs_diff {diff:.3g})"
         raise CheckFailed(msg, metrics)
+    return metrics
+
+
+def roundtrip_tensors(trained: Any, reloaded: Any, directory: Path) -> None:
+    """Each saved tensor against the trained one, then each reloaded one, before any
+    output is compared: a file or a reload that loses one tensor is named."""
+    want = lora_tensors.peft_state(trained)
+    for what, got in (
+        ("saved adapter file", lora_tensors.saved_tensors(directory)),
+        ("reloaded adapter", lora_tensors.peft_state(reloaded)),
+    ):
+        reason = lora_tensors.judge_same_tensors(what, want, got)
+        require(reason, {"tensors": len(want)})
+
+
+# --- issue 22: every adapter tensor, the reload by layer, a left-padded batch -------------
+
+
+def tensor_checks(ctx: Context) -> list[CheckResult]:
+    return [
+        run_check("L5.lora.tensors_learned", functools.partial(check_tensors_learned, ctx)),
+        run_check("L5.lora.optimizer_steps", functools.partial(check_optimizer_steps, ctx)),
+        run_check("L5.lora.adapter_layers", functools.partial(check_adapter_layers, ctx)),
+        run_check("L5.lora.batched_generation", functools.partial(check_batched_lora, ctx)),
+    ]
+
+
+def check_tensors_learned(ctx: Context) -> Metrics:
+    session = trained_session(ctx)
+    assert session.initial is not None
+    assert session.trace is not None
+    trained = lora_tensors.adapter_tensors(session.model)
+    steps = len(session.trace.losses)
+    moves, reason = lora_tensors.judge_moved(session.initial, trained, lr=LORA_LR, steps=steps)
+    metrics: Metrics = {
+        "tensors": len(moves),
+        "min_move": min(moves.values(), default=None),
+        "max_move": max(moves.values(), default=None),
+        "lower_bound": LORA_LR,
+        "upper_bound": lora_tensors.ADAM_STEP_BOUND * LORA_LR * steps,
+    }
+    require(reason, metrics)
+    return metrics
+
+
+def check_optimizer_steps(ctx: Context) -> Metrics:
+    session = trained_session(ctx)
+    assert session.trace is not None
+    names = [n for n, p in session.model.named_parameters() if p.requires_grad]
+    counts = dict(zip(names, session.trace.optimizer_steps, strict=True))
+    adapter = {n: c for n, c in counts.items() if n in (session.initial or {})}
+    metrics: Metrics = {"tensors": len(adapter), "steps": LORA_STEPS}
+    require(lora_tensors.judge_optimizer_steps(adapter, LORA_STEPS), metrics)
+    return metrics
+
+
+def check_adapter_layers(ctx: Context) -> Metrics:
+    """Reload the adapter and drop each layer's part in turn: every layer must matter."""
+    from peft import PeftModel
+
+    session = trained_session(ctx)
+    with tempfile.TemporaryDirectory(prefix="stackpin-verify-") as tmp:
+        session.model.save_pretrained(tmp)
+        base = tinylm.build_model(session.config, dtype=ctx.train_dtype(), device=ctx.device)
+        base.load_state_dict(session.base_state)
+        reloaded = PeftModel.from_pretrained(base, tmp).eval()
+    ids = session.batch["input_ids"]
+    moves, reason = lora_tensors.layer_ablation(reloaded, ids, ctx.train_dtype())
+    metrics: Metrics = {"logit_moves": moves}
+    require(reason, metrics)
+    return metrics
+
+
+def check_batched_lora(ctx: Context) -> Metrics:
+    """The trained model answers the memorised prompts in one left-padded batch exactly as
+    it answers each alone."""
+    session = trained_session(ctx)
+    tokenizer = session.tokenizer
+    prompts = [tokenizer(prompt)["input_ids"] for prompt, _ in tinylm.GOLDEN]
+    steps = max(len(answer) for _, answer in tinylm.GOLDEN) + EXTRA_TOKENS
+    metrics, reason = batched.compare(
+        session.model,
+        prompts,
+        [prompt for prompt, _ in tinylm.GOLDEN],
+        steps,
+        pad_id=tokenizer.pad_token_id,
+        device=ctx.device,
+        eos_id=tokenizer.eos_token_id,
+    )
+    require(reason, metrics)
     return metrics
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from stackpin_verify import capability, fixedlm, golden
+from stackpin_verify import batched, capability, fixedlm, golden
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import DTYPES, Context, tiny_work_threads
 
@@ -43,6 +43,10 @@ def run(ctx: Context) -> list[CheckResult]:
             run_check(f"L6.golden.{name}", functools.partial(check_golden, ctx, name))
             for name in DTYPE_NAMES
         ]
+        results.extend(
+            run_check(f"L6.batched.{name}", functools.partial(check_batched, ctx, name))
+            for name in DTYPE_NAMES
+        )
         results.append(run_check("L6.degenerate", functools.partial(check_degenerate, ctx)))
         results.append(run_check("L6.logits_finite", functools.partial(check_logits_finite, ctx)))
     return results
@@ -162,6 +166,35 @@ def check_golden(ctx: Context, dtype: str, found: Sequence[Generation] | None = 
         "outputs": [fixedlm.text(g.found.tokens) for g in found if g.path == PATHS[0]],
     }
     require(judge_golden(found), metrics)
+    return metrics
+
+
+# Golden prompts lengthened by 0-3 of their own golden tokens: unequal lengths, so the batch
+# is padded, and every step still one whose margin golden.py guaranteed.
+BATCH_EXTEND = 4
+
+
+def batch_prompts(cases: Sequence[golden.Case]) -> tuple[list[list[int]], int]:
+    """(prompts of unequal length, steps each can still take along its golden answer)."""
+    prompts = [
+        list(case.prompt) + list(case.tokens[: i % BATCH_EXTEND]) for i, case in enumerate(cases)
+    ]
+    steps = min(len(case.tokens) for case in cases) - (BATCH_EXTEND - 1)
+    return prompts, steps
+
+
+def check_batched(ctx: Context, dtype: str) -> Metrics:
+    """The golden prompts in one left-padded batch against the KV cache answer as each
+    does alone (issue 22): what a server does with them."""
+    unsupported = dtype_unsupported(ctx, dtype)
+    if unsupported:
+        raise Skip(unsupported)
+    reference = golden.load()
+    model = fixedlm.qwen2_model(fixedlm.weights(reference.seed), DTYPES[dtype], ctx.device)
+    prompts, steps = batch_prompts(reference.cases)
+    labels = [fixedlm.text(p) for p in prompts]
+    metrics, reason = batched.compare(model, prompts, labels, steps, pad_id=0, device=ctx.device)
+    require(reason, metrics)
     return metrics
 
 

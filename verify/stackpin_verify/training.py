@@ -15,6 +15,8 @@ from stackpin_verify.tinylm import Batch
 class Trace:
     losses: list[float] = field(default_factory=list)
     grad_norms: list[float] = field(default_factory=list)
+    # Per trainable parameter (model.parameters() order): the optimizer's own step count.
+    optimizer_steps: list[int] = field(default_factory=list)
 
 
 def grad_norm(parameters: list[torch.nn.Parameter]) -> float:
@@ -40,7 +42,13 @@ def train_steps(model: Any, batch: Batch, *, steps: int, lr: float) -> Trace:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     model.eval()
+    trace.optimizer_steps = [_step_count(optimizer.state.get(p, {})) for p in params]
     return trace
+
+
+def _step_count(state: dict[str, Any]) -> int:
+    """Adam's ``step`` (a tensor from torch 1.12, an int before); 0 where never stepped."""
+    return int(state.get("step", 0))
 
 
 def judge_trace(trace: Trace, *, min_drop: float = 0.5) -> str | None:

@@ -1,0 +1,105 @@
+"""Issue 22's L1 shapes: edges off every tile, a long K, a batched product, each judged
+element by element by the rounding bound of float32 accumulation (gemm_shapes.py)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+import verify_helpers
+
+from stackpin_verify import gemm_shapes, level1
+from stackpin_verify.checks import CheckResult, run_check
+
+CTX = verify_helpers.cpu_context()
+CPU = torch.device("cpu")
+
+
+def _never(dtype: str) -> str | None:
+    return None
+
+
+def _results() -> dict[str, CheckResult]:
+    return {r.name: r for r in level1.run(CTX)}
+
+
+def test_shapes_are_off_every_tile_with_a_long_k_and_a_batch():
+    for case in ("edges", "batched"):
+        _, m, k, n = gemm_shapes.CPU_SHAPES[case]
+        assert all(x % 8 for x in (m, k, n))
+        _, m, k, n = gemm_shapes.GPU_SHAPES[case]
+        assert all(x % 8 for x in (m, k, n))
+    assert gemm_shapes.CPU_SHAPES["large_k"][2] >= 16384
+    assert gemm_shapes.CPU_SHAPES["batched"][0] > 1
+    assert gemm_shapes.GPU_SHAPES["large_k"][2] >= 65536
+
+
+def test_honest_products_pass_every_shape_and_dtype():
+    results = _results()
+    names = [f"L1.gemm.{d}.{c}" for d in ("fp32", "fp16", "bf16") for c in gemm_shapes.CPU_SHAPES]
+    for name in names:
+        assert results[name].status == "pass", (name, results[name].reason)
+        assert results[name].metrics["worst_ratio"] <= 1.0
+    assert results["L1.gemm.bf16.batched"].metrics["shape"] == [5, 97, 65, 113]
+
+
+def test_narrow_accumulator_fails_the_long_k_while_the_square_k256_check_passes(monkeypatch):
+    verify_helpers.apply_fault(monkeypatch, "matmul_fp16_accumulate")
+    results = _results()
+    for dtype in ("fp16", "bf16"):
+        failed = results[f"L1.gemm.{dtype}.large_k"]
+        assert failed.status == "fail"
+        assert "accumulation narrower than float32 or a wrong product" in failed.reason
+        assert failed.metrics["worst_ratio"] > 4
+        # The old criterion does not see it: why the long K exists.
+        assert results[f"L1.gemm.{dtype}"].status == "pass", results[f"L1.gemm.{dtype}"].reason
+    assert results["L1.gemm.fp32.large_k"].status == "pass"
+
+
+def test_a_product_wrong_at_one_edge_element_fails_the_edges_case():
+    def last_row_off(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        out = torch.matmul(a, b)
+        out[-1, -1] += 0.05 * out.abs().max()
+        return out
+
+    check = functools.partial(
+        gemm_shapes.check_shape, CTX, "fp32", "edges", _never, matmul=last_row_off
+    )
+    result = run_check("L1.gemm.fp32.edges", check)
+    assert result.status == "fail"
+    assert result.reason.startswith("error ")
+    assert " at [256, 66] is " in result.reason
+
+
+def test_bound_is_output_rounding_plus_accumulation_and_nothing_more():
+    a = torch.ones(1, 4, dtype=torch.float64)
+    b = torch.ones(4, 1, dtype=torch.float64)
+    bound = gemm_shapes.Bound(u_out=2.0**-8, u_acc=2.0**-24, reduction=0.0)
+    allowed = 2.0**-8 * 4 + gemm_shapes.LAMBDA * 2 * 2.0**-24 * 4
+    ok = torch.tensor([[4 + allowed * 0.999]])
+    assert gemm_shapes.judge_product(ok, a, b, bound)[1] is None
+    wrong = torch.tensor([[4 + allowed * 1.001]])
+    metrics, reason = gemm_shapes.judge_product(wrong, a, b, bound)
+    assert reason is not None and metrics["worst_ratio"] == pytest.approx(1.001, rel=1e-4)
+    nan = torch.tensor([[float("nan")]])
+    assert gemm_shapes.judge_product(nan, a, b, bound)[1] == "1 non-finite values in the product"
+
+
+def test_cpu_bound_is_the_dtypes_unit_roundoff_and_float32_accumulation():
+    bound = gemm_shapes.bound_for(torch.bfloat16, CPU)
+    assert (bound.u_out, bound.u_acc, bound.reduction) == (2.0**-8, 2.0**-24, 0.0)
+    assert gemm_shapes.bound_for(torch.float16, CPU).u_out == 2.0**-11
+    assert gemm_shapes.bound_for(torch.float32, CPU).u_out == 2.0**-24
+
+
+def test_unsupported_dtype_skips_with_the_reason():
+    check = functools.partial(gemm_shapes.check_shape, CTX, "fp16", "edges", lambda d: "no fp16")
+    result = run_check("L1.gemm.fp16.edges", check)
+    assert (result.status, result.reason) == ("skip", "no fp16")
+
+
+def test_unravel_gives_the_coordinates_of_a_flat_index():
+    assert gemm_shapes.unravel(0, (2, 3)) == [0, 0]
+    assert gemm_shapes.unravel(5, (2, 3)) == [1, 2]
+    assert gemm_shapes.unravel(7, (2, 3, 4)) == [0, 1, 3]

@@ -1,0 +1,283 @@
+"""Issue 22's L3 criteria: a padded batch against each sequence alone, uneven varlen with
+its own cu_seqlens_k and bottom-right causal alignment, attention at the top of each
+dtype's range. Each fault is the one tests/faults/sitecustomize.py injects in a real run."""
+
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+import itertools
+import sys
+import types
+
+import pytest
+import torch
+import verify_helpers
+
+from stackpin_verify import attention_range, level3, masked
+from stackpin_verify.attention import sdpa
+from stackpin_verify.checks import CheckResult, run_check
+from stackpin_verify.context import tiny_work_threads
+
+CTX = verify_helpers.cpu_context()
+DTYPES = ("fp16", "bf16", "fp32")
+MASK_CASES = masked.mask_cases(DTYPES)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with tiny_work_threads(torch.device("cpu")):
+        yield
+
+
+def _padded(case: masked.MaskCase) -> CheckResult:
+    return run_check(case.name, functools.partial(masked.check_padded_sdpa, CTX, case))
+
+
+def _range() -> dict[str, CheckResult]:
+    results = level3.run_sdpa_edges(CTX)
+    return {r.name: r for r in results if ".range." in r.name}
+
+
+# --- the padded batch ---------------------------------------------------------------------
+
+
+def test_cases_cover_both_paddings_both_mask_forms_causal_and_not_per_dtype():
+    names = {c.name for c in MASK_CASES}
+    assert len(names) == 24
+    assert "L3.sdpa.bf16.padded.left.additive.causal" in names
+    assert "L3.sdpa.fp16.padded.right.bool.noncausal" in names
+    assert {r.name for r in level3.run_sdpa_edges(CTX)} >= names
+
+
+def test_honest_sdpa_passes_every_padded_case():
+    for case in MASK_CASES:
+        result = _padded(case)
+        assert result.status == "pass", (case.name, result.reason)
+        assert result.metrics["seqlens"] == [113, 59, 38]
+        assert result.metrics["error_ratio"] <= 1.0
+
+
+def test_left_padding_puts_the_padding_first_and_right_padding_last():
+    valid = masked.key_valid([3, 1], 3, "left", torch.device("cpu"))
+    assert valid.tolist() == [[True, True, True], [False, False, True]]
+    valid = masked.key_valid([3, 1], 3, "right", torch.device("cpu"))
+    assert valid.tolist() == [[True, True, True], [True, False, False]]
+
+
+def test_mask_lets_a_real_row_see_real_keys_up_to_itself_and_a_padding_row_everything():
+    valid = masked.key_valid([2], 3, "left", torch.device("cpu"))
+    causal = masked.padded_mask(valid, causal=True)[0, 0].tolist()
+    assert causal == [[True, True, True], [False, True, False], [False, True, True]]
+    full = masked.padded_mask(valid, causal=False)[0, 0].tolist()
+    assert full == [[True, True, True], [False, True, True], [False, True, True]]
+
+
+def test_additive_mask_is_the_bias_where_allowed_and_minus_infinity_elsewhere():
+    allowed = torch.tensor([[True, False]])
+    mask = masked.additive(allowed, torch.tensor([[0.5, 0.25]]), torch.bfloat16)
+    assert mask.dtype == torch.bfloat16
+    assert mask.tolist() == [[0.5, float("-inf")]]
+
+
+@pytest.mark.parametrize("case", MASK_CASES[::2], ids=lambda c: c.name)
+def test_kernel_ignoring_the_mask_fails_every_padded_case(monkeypatch, case):
+    verify_helpers.apply_fault(monkeypatch, "sdpa_mask_ignored")
+    result = _padded(case)
+    assert result.status == "fail"
+    assert result.reason.startswith("out error ")
+
+
+def test_mask_read_as_right_padding_fails_every_left_case_and_only_those(monkeypatch):
+    verify_helpers.apply_fault(monkeypatch, "sdpa_mask_right_aligned")
+    for case in masked.mask_cases(["bf16"]):
+        result = _padded(case)
+        want = "fail" if case.padding == "left" else "pass"
+        assert result.status == want, (case.name, result.reason)
+        if want == "fail":
+            assert result.reason.startswith("out error ")
+
+
+def test_additive_mask_read_as_a_boolean_fails_every_additive_case(monkeypatch):
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def as_boolean(q, k, v, attn_mask=None, **kwargs):
+        if attn_mask is not None and attn_mask.dtype != torch.bool:
+            attn_mask = torch.isfinite(attn_mask)
+        return real(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", as_boolean)
+    for case in masked.mask_cases(["fp32"]):
+        result = _padded(case)
+        assert result.status == ("fail" if case.form == "additive" else "pass"), case.name
+
+
+def test_padded_reference_is_each_sequence_alone():
+    lengths = [3, 2]
+    q, k, v = (torch.randn(5, 2, 4, dtype=torch.float64) for _ in range(3))
+    packed = masked.per_sequence_reference(lengths, causal=True)(q, k, v)
+    second = masked.masked_math(*(t[3:].transpose(0, 1)[None] for t in (q, k, v)), causal=True)
+    assert torch.allclose(packed[3:], second[0].transpose(0, 1), atol=1e-12)
+    # The first row of each sequence sees only itself.
+    assert torch.allclose(packed[3, 0], v[3, 0], atol=1e-12)
+
+
+# --- uneven varlen, FlashAttention's definition ---------------------------------------------
+
+
+def _varlen_honest(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
+    """flash_attn_varlen_func as flash-attention defines it: each sequence alone, its own
+    key span, causal aligned bottom-right (written with the explicit attention)."""
+    pieces = []
+    for (qa, qb), (ka, kb) in zip(
+        itertools.pairwise(cu_q.tolist()), itertools.pairwise(cu_k.tolist()), strict=True
+    ):
+        one = [t.transpose(0, 1)[None] for t in (q[qa:qb], k[ka:kb], v[ka:kb])]
+        pieces.append(masked.masked_math(*one, causal=causal)[0].transpose(0, 1))
+    return torch.cat(pieces)
+
+
+def _flash_module(varlen=_varlen_honest) -> types.ModuleType:
+    module = types.ModuleType("flash_attn")
+    module.__spec__ = importlib.machinery.ModuleSpec("flash_attn", None)
+    module.flash_attn_varlen_func = varlen
+    module.flash_attn_func = lambda q, k, v, causal=False: sdpa(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal
+    ).transpose(1, 2)
+    return module
+
+
+def _varlen_results(module: types.ModuleType) -> dict[str, CheckResult]:
+    return {r.name: r for r in masked.run_flash(CTX, ["bf16"], module)}
+
+
+def test_uneven_varlen_cases_have_their_own_key_lengths_and_a_decode_row():
+    assert masked.VARLEN_Q[0] == 1
+    assert all(q <= k for q, k in zip(masked.VARLEN_Q, masked.VARLEN_K, strict=True))
+    assert any(q < k for q, k in zip(masked.VARLEN_Q, masked.VARLEN_K, strict=True))
+    names = [name for name, _, _ in masked.varlen_qk_names(["bf16"])]
+    assert names == [
+        "L3.flash.bf16.varlen_qk.dense.causal",
+        "L3.flash.bf16.varlen_qk.dense.noncausal",
+        "L3.flash.bf16.varlen_qk.gqa.causal",
+        "L3.flash.bf16.varlen_qk.gqa.noncausal",
+    ]
+
+
+def test_honest_varlen_kernel_passes_uneven_lengths():
+    results = _varlen_results(_flash_module())
+    assert all(r.status == "pass" for r in results.values()), results
+    gqa = results["L3.flash.bf16.varlen_qk.gqa.causal"].metrics
+    assert gqa["shape_q"] == [118, 8, 64] and gqa["shape_kv"] == [243, 2, 64]
+    assert gqa["seqlens_q"] == [1, 40, 77] and gqa["seqlens_k"] == [113, 40, 90]
+
+
+def _faulty_module(monkeypatch, fault: str) -> types.ModuleType:
+    module = _flash_module()
+    monkeypatch.setitem(sys.modules, "flash_attn", module)
+    verify_helpers.apply_fault(monkeypatch, fault)
+    return module
+
+
+def test_varlen_reading_keys_with_cu_seqlens_q_fails_every_case(monkeypatch):
+    results = _varlen_results(_faulty_module(monkeypatch, "flash_cu_seqlens_k_ignored"))
+    assert all(r.status == "fail" for r in results.values())
+
+
+def test_causal_aligned_top_left_fails_every_causal_case_only(monkeypatch):
+    results = _varlen_results(_faulty_module(monkeypatch, "flash_causal_top_left"))
+    for name, result in results.items():
+        assert result.status == ("fail" if name.endswith(".causal") else "pass"), name
+
+
+def test_sdpas_own_causal_flag_is_top_left_so_the_reference_is_written_out():
+    # torch's is_causal on a 1 x 3 score matrix lets the one query see only key 0; the
+    # bottom-right definition lets it see all three. A stand-in built on it must fail.
+    def top_left(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
+        pieces = []
+        for (qa, qb), (ka, kb) in zip(
+            itertools.pairwise(cu_q.tolist()), itertools.pairwise(cu_k.tolist()), strict=True
+        ):
+            one = [t.transpose(0, 1)[None] for t in (q[qa:qb], k[ka:kb], v[ka:kb])]
+            out = torch.nn.functional.scaled_dot_product_attention(*one, is_causal=causal)
+            pieces.append(out[0].transpose(0, 1))
+        return torch.cat(pieces)
+
+    results = _varlen_results(_flash_module(varlen=top_left))
+    assert results["L3.flash.bf16.varlen_qk.dense.causal"].status == "fail"
+    assert results["L3.flash.bf16.varlen_qk.dense.noncausal"].status == "pass"
+
+
+def test_varlen_cases_skip_naming_the_gate_without_flash():
+    results = masked.run_flash(CTX, ["bf16"], None)
+    assert [r.status for r in results] == ["skip"] * 4
+    assert results[0].reason == "L3.flash.import did not pass"
+
+
+# --- the top of each dtype's range -----------------------------------------------------------
+
+
+def test_range_inputs_reach_past_fp16_for_bf16_and_near_the_top_for_fp16():
+    q, _, v = attention_range.range_inputs("bf16", "values", torch.device("cpu"))
+    assert float(q.abs().max()) > 65504 and float(v.abs().max()) > 1e36
+    q, k, _ = attention_range.range_inputs("bf16", "logits", torch.device("cpu"))
+    logits = (q.double() @ k.double().transpose(-2, -1)).abs().max() / 8
+    assert float(logits) > 65504
+    _, _, v = attention_range.range_inputs("fp16", "values", torch.device("cpu"))
+    assert 16384 < float(v.abs().max()) < 65504
+
+
+def test_honest_sdpa_passes_every_range_case():
+    results = _range()
+    assert sorted(results) == sorted(
+        f"L3.sdpa.{d}.range.{c}" for d in DTYPES for c in ("values", "logits")
+    )
+    for name, result in results.items():
+        assert result.status == "pass", (name, result.reason)
+
+
+def test_kernel_narrowing_bf16_to_fp16_fails_the_bf16_range_by_name(monkeypatch):
+    verify_helpers.apply_fault(monkeypatch, "sdpa_narrow_bf16")
+    results = _range()
+    failed = sorted(name for name, r in results.items() if r.status == "fail")
+    assert "L3.sdpa.bf16.range.values" in failed
+    assert all(".bf16." in name for name in failed)
+    reason = results["L3.sdpa.bf16.range.values"].reason
+    assert reason.startswith("values near the top of the bf16 range: ")
+    assert "outputs are not finite (inf or NaN)" in reason
+    # The unit-variance case does not see it: why the range case exists.
+    case = level3.Case("sdpa", "bf16", "dense", 113, 64, True)
+    unit = run_check(case.name, functools.partial(level3.check_sdpa, CTX, case))
+    assert unit.status == "pass", unit.reason
+
+
+def test_finite_outputs_that_are_wrong_still_fail_the_bound():
+    inputs = attention_range.range_inputs("fp32", "values", torch.device("cpu"))
+
+    def off(q, k, v):
+        return sdpa(q, k, v, causal=False) * 1.01
+
+    metrics, reason = attention_range.compare_forward(off, inputs)
+    assert reason is not None and reason.startswith("out error ")
+    assert metrics["max_abs_v"] > 1e36
+
+
+def test_non_finite_output_is_counted():
+    out = torch.tensor([1.0, float("inf"), float("nan")])
+    assert attention_range.judge_finite(out) == "2 of 3 outputs are not finite (inf or NaN)"
+    assert attention_range.judge_finite(torch.ones(2)) is None
+
+
+def test_flash_range_runs_flash_attn_func_on_bshd():
+    calls = []
+
+    def dense(q, k, v, causal=False):
+        calls.append((tuple(q.shape), causal))
+        return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal).transpose(
+            1, 2
+        )
+
+    fn = attention_range.flash_bhsd(dense)
+    results = attention_range.run(CTX, "flash", ["bf16"], fn, lambda dtype: None)
+    assert [r.status for r in results] == ["pass", "pass"]
+    assert calls[0] == ((2, 113, 4, 64), False)
