@@ -27,7 +27,8 @@ py=$root/.venv/bin/python
 cell=cpu-bookworm-torch2130-py311
 bench=${BENCH_CELL:-bench-bookworm-py311}
 work=$(mktemp -d /tmp/stackpin-bench-speed.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+# A failed step's output is in the log: show its end before the folder goes.
+trap 'status=$?; [ "$status" = 0 ] || tail -n 40 "$work/log" >&2; rm -rf "$work"' EXIT
 
 now() { date +%s.%N; }
 secs() { python3 -c "print(f'{$2 - $1:.1f}')"; }
