@@ -101,6 +101,7 @@ def plan(target: Target, *, no_cache: bool, provenance: dict[str, str],
         RenderRequest(
             cell=cell, variant=target.variant, lock=lock,
             templates_dir=target.layout.templates, stackpin_version=__version__,
+            builder=builder.builder,
         )
     )
     made = {

@@ -2,9 +2,11 @@
 
 The core only counts: it calls ``start(label, total)``, ``advance(count)`` for each chunk
 and ``finish()``; the CLI decides how to show it (``stackpin.cli.progress.ByteProgress``:
-a bar on a terminal, periodic plain lines in CI). ``total`` may be an estimate (a save
-stream's size is known only at its end): a meter that passes it grows it, and ``finish``
-makes the total what was really counted.
+a bar on a terminal, periodic plain lines in CI). ``total`` is exactly what the phase will
+count, except where ``estimate`` says it cannot be known before the end (a save stream:
+the engine reports unpacked image sizes, the stream adds tar headers). A meter shows an
+estimate as one ("~"), grows it when passed, and ``finish`` makes the total what was
+really counted.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import IO, Any, Protocol
 
 
 class Meter(Protocol):
-    def start(self, label: str, total: int) -> None: ...
+    def start(self, label: str, total: int, *, estimate: bool = False) -> None: ...
 
     def advance(self, count: int) -> None: ...
 
@@ -25,7 +27,7 @@ class Meter(Protocol):
 class NoMeter:
     """The meter of library calls and tests: counts nothing, shows nothing."""
 
-    def start(self, label: str, total: int) -> None:
+    def start(self, label: str, total: int, *, estimate: bool = False) -> None:
         """Nothing to show."""
 
     def advance(self, count: int) -> None:

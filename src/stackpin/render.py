@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 
 from stackpin import healthcheck, target
 from stackpin.boundary import effective_provided
+from stackpin.engine.builders import Builder
 from stackpin.errors import ConfigurationError
 from stackpin.lock import GROUPS, Group, Lock, LockedWheel, wheel_name_version
 from stackpin.matrix import Cell, Variant, cell_json
@@ -43,6 +44,16 @@ _LAYER_TEXT: dict[Group, tuple[str, str]] = {
 }
 
 
+# The Dockerfile of each builder. The classic builder has no RUN --mount: its wheels are
+# copied into an install stage and the environment copied from there into the final one.
+# BuildKit mounts each layer's wheels into its RUN, so one stage writes the environment
+# once, with no wheel in any layer (issue 24: the second write was a suspected cost).
+DOCKERFILES: dict[Builder, str] = {
+    "classic": "Dockerfile.j2",
+    "buildkit": "Dockerfile.buildkit.j2",
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class RenderRequest:
     cell: Cell
@@ -50,6 +61,7 @@ class RenderRequest:
     lock: Lock | None
     templates_dir: Path
     stackpin_version: str
+    builder: Builder = "classic"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,7 +277,7 @@ def render(req: RenderRequest) -> Rendered:
     labels = image_labels(req)
     context = template_context(req, groups, labels)
     files = {
-        "Dockerfile": env.get_template("Dockerfile.j2").render(context),
+        "Dockerfile": env.get_template(DOCKERFILES[req.builder]).render(context),
         "stackpin/entrypoint.sh": env.get_template("entrypoint.sh.j2").render(context),
         "stackpin/guard.py": (req.templates_dir / "guard.py").read_text(encoding="utf-8"),
         "stackpin/image.json": pretty_json(image_info(req)),

@@ -39,6 +39,7 @@ from stackpin.engine.docker_api import DockerEngine
 from stackpin.engine.save_format import read_save
 from stackpin.lock import cell_digest
 from stackpin.matrix import load_cells
+from stackpin.render import DOCKERFILES
 
 pytestmark = pytest.mark.docker
 
@@ -81,7 +82,8 @@ def small_project(source: Path, dest: Path) -> Path:
     (dest / "pinning" / "locks" / f"{MATRIX_CELL}.lock").write_text(
         json.dumps(lock, indent=2, sort_keys=True) + "\n")
     (dest / "wheels" / CPU_CELL).rename(dest / "wheels" / MATRIX_CELL)
-    _rewrite(dest / "templates" / "Dockerfile.j2", SMALL_TEMPLATE)
+    for builder_template in DOCKERFILES.values():  # each builder's Dockerfile
+        _rewrite(dest / "templates" / builder_template, SMALL_TEMPLATE)
     return dest
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -334,3 +335,31 @@ def test_a_save_stream_cut_short_is_an_error(tmp_path):
     engine.save = lambda request: iter([data[:3000]])  # type: ignore[method-assign]
     with pytest.raises(HostEnvironmentError, match="save stream that cannot be read"):
         streaming.write_images(engine, ["x:1"], tmp_path / "images.tar.zst", threads=1)
+
+
+class SaveWaitingForTheProbe(FakeEngine):
+    """An engine whose save stream does not end before the SBOM probe has run: an export
+    that probes only after the stream would wait here (bounded, so the test fails)."""
+
+    def __init__(self, engine: FakeEngine) -> None:
+        super().__init__(images=engine.images, tags=engine.tags, run_stdout=engine.run_stdout)
+        self.probed = threading.Event()
+        self.probe_during_save = False
+
+    def run_to_completion(self, request, *, timeout_s):
+        self.probed.set()
+        return super().run_to_completion(request, timeout_s=timeout_s)
+
+    def save(self, request):
+        chunks = list(super().save(request))
+        yield chunks[0]
+        self.probe_during_save = self.probed.wait(timeout=120)
+        yield from chunks[1:]
+
+
+def test_the_sbom_probe_runs_beside_the_save_stream(tmp_path, shipped_cells):
+    engine = SaveWaitingForTheProbe(engine_with_cpu(shipped_cells))
+    result, _ = export_cpu(tmp_path, shipped_cells, engine=engine)
+    assert engine.probe_during_save
+    assert [r.command[0] for r in engine.runs] == ["-c"]  # one probe, the image's
+    assert (result.out_dir / "sbom").is_dir()

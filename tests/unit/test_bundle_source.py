@@ -154,3 +154,19 @@ def test_outside_git_and_bundles_the_commit_is_unknown(tmp_path):
     assert source_commit(tmp_path) == "unknown"
     (tmp_path / "SOURCE_COMMIT").write_text(COMMIT + "+dirty\n")
     assert source_commit(tmp_path) == COMMIT + "+dirty"
+
+
+def test_export_never_reads_a_file_of_the_bundle_again_to_hash_it(tmp_path, shipped_cells,
+                                                                 monkeypatch):
+    """Wheels are hashed while copied, image and base streams while written, documents
+    from their bytes: SHA256SUMS and the manifest come from those, in one pass."""
+    from stackpin.bundle import export as exporting
+    reread: list[Path] = []
+    monkeypatch.setattr(exporting, "sha256_file", lambda path: reread.append(path) or "")
+    result, _, _ = _export(tmp_path, shipped_cells)
+    assert reread == []
+    sums = (result.out_dir / "SHA256SUMS").read_text(encoding="utf-8").splitlines()
+    listed = {line.split("  ", 1)[1]: line.split("  ", 1)[0] for line in sums}
+    assert any(p.endswith(".whl") for p in listed) and any(p.startswith("base") for p in listed)
+    for path, digest in listed.items():  # what was listed is what is there
+        assert hashlib.sha256((result.out_dir / path).read_bytes()).hexdigest() == digest

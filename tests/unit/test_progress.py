@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import tarfile
@@ -10,6 +11,7 @@ import tarfile
 from click.testing import CliRunner
 from test_bundle_fakes import engine_with_cpu, export_cpu, site_trusting, unzstd
 
+from stackpin.bundle import export as exporting
 from stackpin.bundle import load as loading
 from stackpin.bundle import stream as streaming
 from stackpin.bundle import verify as verifying
@@ -23,9 +25,12 @@ class Recorder:
 
     def __init__(self) -> None:
         self.phases: list[list[object]] = []  # [label, total, counted, finished]
+        self.estimates: set[str] = set()  # the labels whose total was said to be estimated
 
-    def start(self, label: str, total: int) -> None:
+    def start(self, label: str, total: int, *, estimate: bool = False) -> None:
         self.phases.append([label, total, 0, False])
+        if estimate:
+            self.estimates.add(label)
 
     def advance(self, count: int) -> None:
         assert not self.phases[-1][3], "advance after finish"
@@ -61,8 +66,30 @@ def test_export_counts_the_whole_save_stream_and_every_byte_written(tmp_path, sh
     (save, write) = meter.phases
     assert save[0] == "save" and save[2] == saved and save[3]
     assert save[1] == engine.image_info(names[0]).size  # the estimate: the image's size
+    assert meter.estimates == {"save"}
     # Compression runs during the save; the write's total is exact before it starts.
     assert write == ["write", stats.bytes, stats.bytes, True]
+
+
+def test_an_image_named_by_each_of_its_tags_is_estimated_once(tmp_path, shipped_cells):
+    engine = engine_with_cpu(shipped_cells)
+    image = engine.list_images("io.stackpin.cell")[0]
+    assert len(image.tags) == 2  # what a build gives it, and what export names
+    meter = Recorder()
+    streaming.write_images(engine, list(image.tags), tmp_path / "images.tar.zst", threads=1,
+                           meter=meter)
+    assert meter.phases[0][1] == image.size  # not once per tag: the 0/4076 of 2103 MiB
+
+
+def test_every_exact_total_of_an_export_is_what_its_phase_counted(tmp_path, shipped_cells,
+                                                                  monkeypatch):
+    meter = Recorder()
+    monkeypatch.setattr(exporting, "export", functools.partial(exporting.export, meter=meter))
+    export_cpu(tmp_path, shipped_cells)
+    assert [p[0] for p in meter.phases] == ["save", "write"]
+    exact = [p for p in meter.phases if p[0] not in meter.estimates]
+    assert [p[0] for p in exact] == ["write"]
+    assert all(total == counted and finished for _, total, counted, finished in exact)
 
 
 def test_verify_counts_every_byte_of_a_folder_and_of_an_archive(tmp_path, shipped_cells):
@@ -95,7 +122,7 @@ def test_load_counts_the_verification_then_every_byte_the_engine_reads(tmp_path,
 def test_plain_lines_once_started_every_interval_and_at_the_end_with_the_real_total():
     out, clock = io.StringIO(), Clock()
     progress = ByteProgress(stream=out, tty=False, interval_s=10, clock=clock)
-    progress.start("save", 100 * MIB)  # an estimate, lower than what comes
+    progress.start("save", 100 * MIB)  # lower than what comes
     assert out.getvalue() == ""  # nothing counted yet: nothing to show
     for _ in range(12):
         clock.now += 2
@@ -103,20 +130,56 @@ def test_plain_lines_once_started_every_interval_and_at_the_end_with_the_real_to
     progress.finish()
     lines = out.getvalue().splitlines()
     assert lines[0] == "save: 20/100 MiB (20%), 5.0 MiB/s, ETA 16 s"  # min_bytes counted
-    assert lines[1] == "save: 50/100 MiB (50%), 5.0 MiB/s, ETA 10 s"  # after 10 s
-    assert lines[2] == "save: 100/100 MiB (100%), 5.0 MiB/s"  # after 20 s
+    assert lines[1] == "save: 70/100 MiB (70%), 5.0 MiB/s, ETA 6 s"  # 10 s after line 0
+    assert lines[2] == "save: 120/120 MiB (100%), 5.0 MiB/s"  # 10 s later; the total grew
     assert lines[-1] == "save: 120/120 MiB (100%), 5.0 MiB/s in 24 s"  # the total grew
     assert len(lines) == 4
+
+
+def test_the_engines_silence_before_the_first_byte_is_no_rate_and_no_eta():
+    """Docker 20.10 writes every layer out before `docker save` sends a byte: timing that
+    wait as throughput showed `save: 0/4076 MiB ... ETA 2291675 s`."""
+    out, clock = io.StringIO(), Clock()
+    # min_bytes=1: from the first chunk on (the default waits for 16 MiB of real work).
+    progress = ByteProgress(stream=out, tty=False, interval_s=10, clock=clock, min_bytes=1)
+    progress.start("save", 4000 * MIB, estimate=True)
+    clock.now += 25
+    progress.advance(1 * MIB)  # the first chunk, 25 s after the start
+    for _ in range(10):
+        clock.now += 1
+        progress.advance(100 * MIB)
+    progress.finish()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "save: 1/~4000 MiB (0%)"  # bytes, but no rate yet
+    assert lines[1] == "save: 1001/~4000 MiB (25%), 100.0 MiB/s, ETA ~30 s"
+    assert lines[-1] == "save: 1001/1001 MiB (100%), 100.0 MiB/s in 35 s"
+
+
+def test_no_eta_until_a_share_of_an_exact_total_has_come():
+    out, clock = io.StringIO(), Clock()
+    progress = ByteProgress(stream=out, tty=False, interval_s=10, clock=clock, min_bytes=1)
+    progress.start("load", 10_000 * MIB)
+    clock.now += 1
+    progress.advance(1 * MIB)
+    clock.now += 10
+    progress.advance(10 * MIB)  # 0.1 %: a rate, but an ETA would be a guess
+    clock.now += 10
+    progress.advance(300 * MIB)  # 3 %
+    lines = out.getvalue().splitlines()
+    assert lines[1] == "load: 11/10000 MiB (0%), 1.0 MiB/s"
+    assert lines[2] == "load: 311/10000 MiB (3%), 15.5 MiB/s, ETA 625 s"
 
 
 def test_an_estimate_above_what_came_ends_at_100_percent_of_what_came():
     out, clock = io.StringIO(), Clock()
     progress = ByteProgress(stream=out, tty=False, clock=clock)
-    progress.start("save", 500 * MIB)
+    progress.start("save", 500 * MIB, estimate=True)
     clock.now += 4
-    progress.advance(200 * MIB)
+    progress.advance(100 * MIB)
+    clock.now += 4
+    progress.advance(100 * MIB)
     progress.finish()
-    assert out.getvalue().splitlines()[-1] == "save: 200/200 MiB (100%), 50.0 MiB/s in 4 s"
+    assert out.getvalue().splitlines()[-1] == "save: 200/200 MiB (100%), 25.0 MiB/s in 8 s"
 
 
 def test_a_terminal_gets_clicks_bar_with_done_total_rate_percent_and_eta():
@@ -159,8 +222,9 @@ def test_a_small_phase_shows_nothing_and_one_that_grows_big_shows_from_then_on()
     clock.now += 1
     progress.advance(20 * MIB)
     progress.finish()
-    assert out.getvalue().splitlines() == ["save: 20/20 MiB (100%), 20.0 MiB/s",
-                                           "save: 20/20 MiB (100%), 20.0 MiB/s in 1 s"]
+    # The 20 MiB came in one chunk: shown, but no rate (nothing flowed after it).
+    assert out.getvalue().splitlines() == ["save: 20/20 MiB (100%)",
+                                           "save: 20/20 MiB (100%) in 1 s"]
 
 
 def test_a_big_phase_shows_nothing_before_it_has_counted_min_bytes():

@@ -15,7 +15,7 @@ from tests.fake_engine import FakeEngine
 from tests.unit.test_normalize import ENGINE_KINDS, LATER, SDE, layer_tar, member, raw_config
 
 import stackpin.rebuild as rebuild_module
-from stackpin.build import plan
+from stackpin.build import plan, sha256_text
 from stackpin.engine import BuildRequest
 from stackpin.engine.builders import BuilderChoice
 from stackpin.errors import BuildError, HostEnvironmentError
@@ -34,7 +34,7 @@ from stackpin.rebuild import (
     snapshot_images,
     summarize_layer,
 )
-from stackpin.target import Layout, Target
+from stackpin.target import LABEL_DOCKERFILE_SHA256, Layout, Target
 
 
 def summary(**fields: object) -> MemberSummary:
@@ -312,6 +312,13 @@ def test_native_timestamps_are_compared_as_built_never_normalised(cpu_plan, tmp_
 
 def test_the_plan_carries_the_builder_choice(cpu_plan):
     target = cpu_plan.target
-    request = plan(target, no_cache=True, provenance={}, builder=NATIVE).request
+    buildkit = plan(target, no_cache=True, provenance={}, builder=NATIVE)
+    request = buildkit.request
     assert (request.builder, request.rewrite_timestamps) == ("buildkit", True)
     assert (cpu_plan.request.builder, cpu_plan.request.rewrite_timestamps) == ("classic", False)
+    # Each builder gets its own Dockerfile, and the labels name the one it gets.
+    assert "RUN --mount=type=bind" in buildkit.rendered.dockerfile
+    assert "COPY --from=install" in cpu_plan.rendered.dockerfile
+    assert (request.labels[LABEL_DOCKERFILE_SHA256]
+            == sha256_text(buildkit.rendered.dockerfile)
+            != cpu_plan.request.labels[LABEL_DOCKERFILE_SHA256])

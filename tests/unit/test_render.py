@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 from types import SimpleNamespace
 
@@ -34,7 +35,7 @@ CPU_CELL = "synth-cpu"
 K100_CELL = "synth-dtk"  # the DTK shape: env.sh, vendor torch, FlashAttention
 
 
-def _render(cell: Cell, variant: str, *, with_lock: bool = True):
+def _render(cell: Cell, variant: str, *, with_lock: bool = True, builder: str = "classic"):
     return render(
         RenderRequest(
             cell=cell,
@@ -42,6 +43,7 @@ def _render(cell: Cell, variant: str, *, with_lock: bool = True):
             lock=synthetic_lock(cell) if with_lock else None,
             templates_dir=TEMPLATES,
             stackpin_version="0.1.0",
+            builder=builder,  # type: ignore[arg-type]
         )
     )
 
@@ -58,6 +60,50 @@ def shipped_cells() -> dict[str, Cell]:
 def test_golden_dockerfile(cell_id: str, variant: str):
     assert_golden(f"dockerfiles/{cell_id}-{variant}.Dockerfile",
                   _render(SYNTHETIC[cell_id], variant).dockerfile)
+
+
+@pytest.mark.parametrize(
+    ("cell_id", "variant"), [(c.id, v) for c in SYNTHETIC.values() for v in c.variants]
+)
+def test_golden_buildkit_dockerfile(cell_id: str, variant: str):
+    assert_golden(f"dockerfiles/buildkit/{cell_id}-{variant}.Dockerfile",
+                  _render(SYNTHETIC[cell_id], variant, builder="buildkit").dockerfile)
+
+
+def _instructions(text: str) -> list[str]:
+    """The Dockerfile's instructions, continuation lines joined."""
+    joined = re.sub(r"\s*\\\n\s*", " ", text)
+    return [line for line in joined.splitlines() if line and not line.startswith(("#", " "))]
+
+
+def test_buildkit_writes_the_environment_once_with_no_wheel_in_any_layer(shipped_cells):
+    text = _render(shipped_cells[K100_CELL], "enhanced", builder="buildkit").dockerfile
+    steps = _instructions(text)
+    assert [s.split()[0] for s in steps].count("FROM") == 1  # no install stage to copy from
+    assert not any("--from" in s or "wheels/" in s for s in steps if s.startswith("COPY"))
+    installs = [s for s in steps if "pip install" in s]
+    assert len(installs) == 3
+    for group, step in zip(("vendor", "stack", "attention"), installs, strict=True):
+        # Each layer mounts its own wheels, in the order torch/vendor -> stack -> attention.
+        mount = f"--mount=type=bind,source=wheels/{group},target=/tmp/wheelhouse/{group}"
+        assert step.startswith(f"RUN {mount} source /opt/dtk/env.sh && ")
+        assert "--no-index --no-deps --require-hashes" in step
+        assert f"-r /tmp/wheelhouse/{group}/requirements.txt" in step
+    guard = next(i for i, s in enumerate(steps) if "guard.py" in s)
+    assert guard > steps.index(installs[-1])  # the guard sees every install
+
+
+def test_buildkit_build_settings_reach_every_run_but_not_the_image(shipped_cells):
+    text = _render(shipped_cells[CPU_CELL], "stable", builder="buildkit").dockerfile
+    steps = _instructions(text)
+    args = [s for s in steps if s.startswith("ARG ")]
+    assert args == ["ARG PIP_NO_INDEX=1", "ARG PIP_NO_CACHE_DIR=1",
+                    "ARG PIP_DISABLE_PIP_VERSION_CHECK=1", "ARG PYTHONDONTWRITEBYTECODE=1",
+                    "ARG SOURCE_DATE_EPOCH=1700000000"]
+    first_run = next(i for i, s in enumerate(steps) if s.startswith("RUN "))
+    assert max(steps.index(a) for a in args) < first_run
+    envs = " ".join(s for s in steps if s.startswith("ENV "))
+    assert "PIP_" not in envs and "PYTHONDONTWRITEBYTECODE" not in envs
 
 
 def _shipped() -> list[tuple[Cell, str]]:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
@@ -44,6 +45,8 @@ from stackpin.errors import BundleError
 from stackpin.lock import atomic_write
 from stackpin.meter import NO_METER, Meter
 from stackpin.primitives import (
+    CHUNK,
+    HashingWriter,
     sha256_file,
     staged_folder,
     tar_directory,
@@ -72,20 +75,27 @@ def export(engine: Engine, request: ExportRequest, *,
             msg = f"{target} exists: choose another -o or pass --force to replace it"
             raise BundleError(msg)
     resolved = resolve(engine, request, archive=archive)
-    with staged_folder(out_dir) as staging:
-        stream, images = _save_images(engine, resolved, staging, on_line=on_line, meter=meter)
-        on_line("bundle: reading package inventories (SBOM) from the images")
-        entries = contents.plan(engine, resolved, images, stream)
-        manifest = _write(staging, entries, resolved, images, stream, on_line=on_line)
+    with staged_folder(out_dir) as staging, ThreadPoolExecutor(max_workers=1) as beside:
+        on_line("bundle: reading package inventories (SBOM) from the images, beside the save")
+        # The probe waits on a container start and the image's own Python, the save on the
+        # daemon's stream and zstd: run together, the probe costs the export next to nothing.
+        probed = beside.submit(contents.probe_inventories, engine,
+                               [item.image for item in resolved.built])
+        stream, images, streamed = _save_images(engine, resolved, staging, on_line=on_line,
+                                                meter=meter)
+        entries = contents.plan(resolved, images, stream, inventories=probed.result())
+        manifest = _write(staging, entries, resolved, images, stream, streamed=streamed,
+                          on_line=on_line)
     return ExportResult(out_dir=out_dir, archive=archive,
                         manifest_sha256=hashlib.sha256(manifest).hexdigest(),
                         images=tuple(images), stream=stream, signed_by=resolved.signed_by)
 
 
 def _save_images(engine: Engine, resolved: Resolved, staging: Path, *, on_line: LineSink,
-                 meter: Meter) -> tuple[StreamStats, list[BundleImage]]:
+                 meter: Meter) -> tuple[StreamStats, list[BundleImage], dict[str, str]]:
     """images.tar.zst, every image in one stream (each image learns the IDs it loads as),
-    and for ``--with-wheels`` each cell's base for offline rebuilds."""
+    and for ``--with-wheels`` each cell's base for offline rebuilds; with the sha256 of
+    every stream written, taken as it was written."""
     built = resolved.built
     names = sorted({t for item in built for t in item.image.tags})
     on_line(f"bundle: saving {len(built)} image(s) as one stream: {', '.join(names)}")
@@ -93,35 +103,43 @@ def _save_images(engine: Engine, resolved: Resolved, staging: Path, *, on_line: 
                                    meter=meter)
     (staging / IMAGES).chmod(0o644)
     on_line(f"bundle: {IMAGES}: {stream.tar_bytes} -> {stream.bytes} bytes")
+    streamed = {IMAGES: stream.sha256}
     for path, reference in (source.base_streams(built) if resolved.with_wheels else {}).items():
         on_line(f"bundle: saving the base {reference} as {path} for offline rebuilds")
         (staging / path).parent.mkdir(parents=True, exist_ok=True)
-        write_images(engine, [reference], staging / path, threads=resolved.threads)
+        base, _ = write_images(engine, [reference], staging / path, threads=resolved.threads)
         (staging / path).chmod(0o644)
+        streamed[path] = base.sha256
     images = [replace(item.image, config_digest=bundled[item.image.id].config_digest,
                       manifest_digest=bundled[item.image.id].manifest_digest) for item in built]
-    return stream, images
+    return stream, images, streamed
 
 
 # --- the writer -------------------------------------------------------------------------
 
 
 def _write(staging: Path, entries: Sequence[Entry], resolved: Resolved,
-           images: Sequence[BundleImage], stream: StreamStats, *, on_line: LineSink) -> bytes:
+           images: Sequence[BundleImage], stream: StreamStats, *,
+           streamed: Mapping[str, str], on_line: LineSink) -> bytes:
     """Put the entries in ``staging``; refuse secrets and user state; write SHA256SUMS,
-    the manifest (returned) and its signature; pack the archive."""
-    _put(staging, entries)
+    the manifest (returned) and its signature; pack the archive.
+
+    Every file's sha256 is the one taken as it was written (``streamed``: the image
+    streams; the entries: as ``_put`` wrote them), so no file of the bundle is read again
+    to list it; only a file that came otherwise would be.
+    """
+    written = {**streamed, **_put(staging, entries)}
     listed = [p for p in _listing(staging) if p not in (*UNSIGNED, SUMS)]
     scan_files(staging, listed)
     models.refuse_user_state(staging, listed)
     files = [
         FileEntry(path=p, size=(staging / p).stat().st_size,
-                  sha256=stream.sha256 if p == IMAGES else sha256_file(staging / p))
+                  sha256=written.get(p) or sha256_file(staging / p))
         for p in listed
     ]
-    _put(staging, [Entry(path=SUMS, data=sha256sums_text(files).encode())])
-    files.append(FileEntry(path=SUMS, size=(staging / SUMS).stat().st_size,
-                           sha256=sha256_file(staging / SUMS)))
+    sums = sha256sums_text(files).encode()
+    files.append(FileEntry(path=SUMS, size=len(sums),
+                           sha256=_put(staging, [Entry(path=SUMS, data=sums)])[SUMS]))
     manifest = manifest_bytes(build_manifest(
         selections=resolved.selections, images=images, files=files, stream=stream,
         layout_version=contents.layout_version(resolved.layout),
@@ -137,23 +155,36 @@ def _write(staging: Path, entries: Sequence[Entry], resolved: Resolved,
     return manifest
 
 
-def _put(staging: Path, entries: Sequence[Entry]) -> None:
-    """Put each entry in place (scripts executable, every other file 0644)."""
+def _put(staging: Path, entries: Sequence[Entry]) -> dict[str, str]:
+    """Put each entry in place (scripts executable, every other file 0644); return each
+    one's sha256, taken from the bytes written (a copied wheel is hashed while copied)."""
+    digests = {}
     for entry in entries:
         path = staging / entry.path
         path.parent.mkdir(parents=True, exist_ok=True)
         if entry.source is not None:
-            shutil.copyfile(entry.source, path)
+            digest = _copy_hashing(entry.source, path)
         else:
             path.write_bytes(entry.data or b"")
+            digest = hashlib.sha256(entry.data or b"").hexdigest()
         path.chmod(0o755 if EXECUTABLE.match(entry.path) else 0o644)
-        if entry.sha256 and sha256_file(path) != entry.sha256:
+        digests[entry.path] = digest
+        if entry.sha256 and digest != entry.sha256:
             cell = PurePosixPath(entry.path).parent.name
             msg = (
                 f"{path.name} does not hash to its lock entry: the wheelhouse changed; "
                 f"run `stackpin wheels fetch {cell}` and rebuild before exporting"
             )
             raise BundleError(msg)
+    return digests
+
+
+def _copy_hashing(source_path: Path, target: Path) -> str:
+    """Copy ``source_path`` to ``target``; the sha256 of the bytes written."""
+    with source_path.open("rb") as src, target.open("wb") as out:
+        writer = HashingWriter(out)
+        shutil.copyfileobj(src, writer, CHUNK)
+    return writer.sha256.hexdigest()
 
 
 def _listing(folder: Path) -> list[str]:

@@ -171,7 +171,7 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
     compressor = frame_compressor(threads)
     with tempfile.TemporaryDirectory(prefix=".layers-", dir=path.parent) as folder:
         spool = FrameSpool(Path(folder), compressor)
-        meter.start("save", sum(_size(engine, name) for name in names))
+        meter.start("save", save_estimate(engine, names), estimate=True)
         saved = read_save(chunk_stream(metered(
             engine.save(SaveRequest(images=tuple(sorted(names)))), meter)), spool.keep)
         meter.finish()
@@ -195,6 +195,14 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
     return stats, {k: replace(v, source_id=k) for k, v in bundled.items()}
 
 
-def _size(engine: Engine, name: str) -> int:
-    info = engine.image_info(name)
-    return info.size if info else 0
+def save_estimate(engine: Engine, names: Sequence[str]) -> int:
+    """The save stream's size as far as it is known before it comes: each image once,
+    however many of its tags are named (a build tags an image twice; summing per name
+    showed twice the stream). The stream adds tar headers to the sizes the engine reports,
+    and images sharing layers carry them once, so the meter is told this is an estimate."""
+    sizes: dict[str, int] = {}
+    for name in names:
+        info = engine.image_info(name)
+        if info is not None:
+            sizes[info.id] = info.size
+    return sum(sizes.values())

@@ -53,12 +53,20 @@ class StepProgress:
 
 MIB = 1 << 20
 BAR_REDRAW_S = 0.2
+# A rate means something once bytes have flowed this long, an ETA once this share of an
+# exact total has come too. Before, the figures would time the engine's start-up (Docker
+# 20.10 writes every layer to disk before `docker save` sends its first byte) as
+# throughput: "0/4076 MiB ... ETA 2291675 s".
+RATE_AFTER_S = 2.0
+ETA_AFTER_SHARE = 0.02
 
 
 class ByteProgress:
     """A ``stackpin.meter.Meter`` for people: click's progress bar on a terminal (done/total,
-    rate, percent, ETA), and in CI or a pipe one plain line once the work is under way, one
-    every ``interval_s`` seconds and one at the end, each with done/total, rate and ETA.
+    percent, rate and ETA), and in CI or a pipe one plain line once the work is under way,
+    one every ``interval_s`` seconds and one at the end, each with done/total and, once they
+    mean something, rate and ETA. An estimated total, and an ETA against it, are shown as
+    such ("~"); the end shows what was really counted.
 
     A phase shows nothing until it has counted ``min_bytes``: progress is for work that has
     started. A small bundle finishes before anyone looks, and a refusal that came from a
@@ -76,16 +84,24 @@ class ByteProgress:
         self._clock = clock
         self._bar: Any = None  # click's ProgressBar (its item type is the shown text)
         self._label, self._total, self._done, self._pending = "", 0, 0, 0
+        self._estimate = False
         self._started = self._shown = 0.0
+        self._flowing: float | None = None  # when the first bytes were counted
+        self._first = 0  # how many: the rate is what came after them
         self._visible = False
 
-    def start(self, label: str, total: int) -> None:
+    def start(self, label: str, total: int, *, estimate: bool = False) -> None:
         self._label, self._total, self._done, self._pending = label, max(total, 0), 0, 0
+        self._estimate = estimate
         self._started = self._shown = self._clock()
+        self._flowing, self._first = None, 0
         self._visible = False
         self._show_if_big()
 
     def advance(self, count: int) -> None:
+        now = self._clock()
+        if self._flowing is None and count > 0:
+            self._flowing, self._first = now, count
         self._done += count
         self._pending += count
         if self._done > self._total:  # an estimated total was low: it grows
@@ -93,7 +109,6 @@ class ByteProgress:
         if not self._visible:
             self._show_if_big()
             return
-        now = self._clock()
         # Redrawn at most 5 times a second on a terminal: a 10 KiB read must not draw.
         if now - self._shown < (BAR_REDRAW_S if self._bar is not None else self.interval_s):
             return
@@ -107,39 +122,49 @@ class ByteProgress:
 
     def finish(self) -> None:
         self._total = self._done  # what was really counted is the total
+        self._estimate = False
         if not self._visible:
             return
-        elapsed = self._clock() - self._started
+        now = self._clock()
         if self._bar is not None:
             self._bar.length = max(self._total, 1)
             self._bar.pos = self._done
-            self._bar.current_item = self._figures()
+            self._bar.current_item = self._figures(now, final=True)
             self._bar.render_progress()  # the last frame: 100 % of what was counted
             self._bar.__exit__(None, None, None)
             self._bar = None
         else:
-            click.echo(f"{self._label}: {self._figures()} in {elapsed:.0f} s", file=self.stream)
+            click.echo(f"{self._label}: {self._figures(now, final=True)} "
+                       f"in {now - self._started:.0f} s", file=self.stream)
 
     def _show_if_big(self) -> None:
         if self._done == 0 or self._done < self.min_bytes:
             return
         self._visible = True
+        now = self._clock()
+        self._shown = now  # the next line comes an interval after this one
         if self.tty:
+            # click's own ETA would divide by the time since the start: ours is below.
             self._bar = click.progressbar(
                 length=max(self._total, 1), label=self._label, file=self.stream,
-                show_eta=True, show_percent=True, item_show_func=lambda text: text)
+                show_eta=False, show_percent=True, item_show_func=lambda text: text)
             self._bar.__enter__()
-            self._bar.update(self._done, self._figures())
+            self._bar.update(self._done, self._figures(now))
             self._pending = 0
         else:
-            click.echo(f"{self._label}: {self._figures()}", file=self.stream)
+            click.echo(f"{self._label}: {self._figures(now)}", file=self.stream)
 
-    def _figures(self, now: float | None = None) -> str:
-        elapsed = (self._clock() if now is None else now) - self._started
-        rate = self._done / elapsed if elapsed > 0 else 0.0
+    def _figures(self, now: float, *, final: bool = False) -> str:
+        """done/total (percent), then the rate and the ETA once they mean something."""
         percent = 100 * self._done / self._total if self._total else 0.0
-        text = (f"{self._done / MIB:.0f}/{self._total / MIB:.0f} MiB ({percent:.0f}%), "
-                f"{rate / MIB:.1f} MiB/s")
-        if rate > 0 and self._done < self._total:
-            text += f", ETA {(self._total - self._done) / rate:.0f} s"
+        total = f"~{self._total / MIB:.0f}" if self._estimate else f"{self._total / MIB:.0f}"
+        text = f"{self._done / MIB:.0f}/{total} MiB ({percent:.0f}%)"
+        flowed = now - self._flowing if self._flowing is not None else 0.0
+        if flowed <= 0 or (flowed < RATE_AFTER_S and not final):
+            return text
+        rate = (self._done - self._first) / flowed
+        text += f", {rate / MIB:.1f} MiB/s"
+        if not final and ETA_AFTER_SHARE * self._total <= self._done < self._total:
+            about = "~" if self._estimate else ""
+            text += f", ETA {about}{(self._total - self._done) / rate:.0f} s"
         return text

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Issue 24's comparisons in one run, per engine, each pair's two runs back to back:
+#   1. cold build: `stackpin build --no-cache` of the CPU default against the same installs
+#      in scripts/bench-handwritten.Dockerfile, built cold with BuildKit
+#      (docker buildx build --no-cache --network none) in stackpin's own staged context;
+#      rounds alternate which of the two goes first;
+#   2. whole `stackpin bundle export` against `docker save -o` of the same image, rounds
+#      alternating the order;
+#   3. warm rebuild after one stack pin change (trl 0.23.1 -> 0.23.0, locked and fetched
+#      before any timing), each on the cache its cold builds left: stackpin build against
+#      the hand-written Dockerfile in the changed context (one round: a second would be
+#      cached whole).
+# The cell is the CPU default renamed (BENCH_CELL, its lock rewritten to match), so the
+# shared engine's CPU tags are never moved; its images are removed after each engine.
+# Prints every run's seconds as it ends, then one Markdown row per engine (ratios of the
+# medians). Ratios matter; seconds depend on the machine's load.
+# BENCH_ENGINES="NAME..." runs a subset (names from `setup-engines.sh --print-hosts`);
+# BENCH_ROUNDS (default 1) cold-build rounds, BENCH_EXPORT_ROUNDS (default 2) export rounds;
+# BENCH_BUILDER (default auto) is stackpin build's --builder.
+# Needs: scripts/setup-host.sh --engines done (buildx), the CPU default's wheelhouse
+# fetched, the index reachable (the changed pin's lock and wheel, before any timing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+sp=${STACKPIN:-$root/.venv/bin/stackpin}
+py=$root/.venv/bin/python
+cell=cpu-bookworm-torch2130-py311
+bench=${BENCH_CELL:-bench-bookworm-py311}
+work=$(mktemp -d /tmp/stackpin-bench-speed.XXXXXX)
+# A failed step's output is in the log: show its end before the folder goes.
+trap 'status=$?; [ "$status" = 0 ] || tail -n 40 "$work/log" >&2; rm -rf "$work"' EXIT
+
+now() { date +%s.%N; }
+secs() { python3 -c "print(f'{$2 - $1:.1f}')"; }
+median() { python3 -c "import statistics,sys; print(f'{statistics.median(map(float, sys.argv[1:])):.1f}')" "$@"; }
+ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
+field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0][sys.argv[2]])" "$1" "$2"; }
+timed() {  # timed VAR COMMAND...: run it, its output to the log, its seconds into VAR
+    local var=$1 t0 t1; shift
+    t0=$(now); "$@" >>"$work/log" 2>&1; t1=$(now)
+    printf -v "$var" '%s' "$(secs "$t0" "$t1")"
+}
+
+# A checkout of HEAD whose CPU cell is BENCH_CELL, sharing the wheelhouse by hard links.
+project() {  # project DEST
+    git clone -q --no-hardlinks "$root" "$1"
+    mkdir -p "$1/wheels" && cp -al "$root/wheels/$cell" "$1/wheels/$bench"
+    sed -i "s/$cell/$bench/g" "$1/pinning/cpu.toml"
+    (cd "$1" && PYTHONPATH=$1/src "$py" - "$cell" "$bench" <<'EOF'
+import json, sys
+from pathlib import Path
+from stackpin.lock import cell_digest
+from stackpin.matrix import load_cells
+old, new = sys.argv[1:]
+cells = load_cells(sorted(Path("pinning").glob("*.toml")))
+lock = json.loads(Path(f"pinning/locks/{old}.lock").read_text())
+lock.update(cell=new, cell_digest=cell_digest(cells[new]))
+Path(f"pinning/locks/{new}.lock").write_text(json.dumps(lock, indent=2, sort_keys=True) + "\n")
+EOF
+    )
+}
+
+project "$work/a"
+cp -al "$work/a" "$work/pin"  # files are replaced, never written through, below
+sed -i 's/^trl = "0.23.1"/trl = "0.23.0"/' "$work/pin/pinning/cpu.toml"
+(cd "$work/pin" && "$sp" lock "$bench" >>"$work/log" 2>&1 && "$sp" wheels fetch "$bench" >>"$work/log" 2>&1)
+hand() {  # hand PROJECT TAG [--no-cache]
+    local context=$1/build/context/$bench-stable base
+    base=$(sed -n 's/^FROM \([^ ]*\).*/\1/p' "$context/Dockerfile" | head -n 1)
+    docker buildx build --builder default "${@:3}" --network none --progress plain \
+        -f "$root/scripts/bench-handwritten.Dockerfile" --build-arg "BASE=$base" -t "$2" "$context"
+}
+
+rows=()
+while IFS== read -r name host; do
+    case " ${BENCH_ENGINES:-$name} " in *" $name "*) ;; *) continue ;; esac
+    export DOCKER_HOST=$host
+    store=$("$sp" doctor --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["store"])')
+    for p in a pin; do (cd "$work/$p" && "$sp" build "$bench" --prepare-only >>"$work/log" 2>&1); done
+    hand_tag=stackpin-bench-speed/handwritten:$name
+    sp_cold=() hand_cold=() sp_export=() save=()
+    for round in $(seq 1 "${BENCH_ROUNDS:-1}"); do
+        a() { (cd "$work/a" && "$sp" build "$bench" --no-cache --builder "${BENCH_BUILDER:-auto}" --json >"$work/cold.json"); }
+        b() { hand "$work/a" "$hand_tag" --no-cache; }
+        if [ $((round % 2)) = 1 ]; then timed s a; timed h b; else timed h b; timed s a; fi
+        sp_cold+=("$s") hand_cold+=("$h")
+        echo "$name cold round $round: stackpin $s s ($(field "$work/cold.json" builder), timestamps $(field "$work/cold.json" timestamps) in $(field "$work/cold.json" normalize_seconds) s), hand-written $h s"
+    done
+    image=$(field "$work/cold.json" image_id)
+    for round in $(seq 1 "${BENCH_EXPORT_ROUNDS:-2}"); do
+        rm -rf "$work/bundle" "$work/save.tar"
+        a() { (cd "$work/a" && "$sp" bundle export "$bench" -o "$work/bundle"); }
+        b() { docker save "$image" -o "$work/save.tar"; }
+        if [ $((round % 2)) = 1 ]; then timed e a; timed v b; else timed v b; timed e a; fi
+        sp_export+=("$e") save+=("$v")
+        echo "$name export round $round: bundle export $e s, docker save $v s ($(( $(stat -c %s "$work/save.tar") >> 20 )) MiB)"
+    done
+    rm -rf "$work/bundle" "$work/save.tar"
+    timed w bash -c "cd '$work/pin' && '$sp' build '$bench' --builder '${BENCH_BUILDER:-auto}' --json >'$work/pin.json'"
+    timed hw hand "$work/pin" "$hand_tag-pin"
+    echo "$name warm after one pin change: stackpin $w s (steps cached $(field "$work/pin.json" cached_steps)/$(field "$work/pin.json" steps)), hand-written $hw s"
+    docker images -q --filter "label=io.stackpin.cell=$bench" | sort -u | xargs -r docker rmi -f >/dev/null
+    docker rmi -f "$hand_tag" "$hand_tag-pin" >/dev/null
+    c=$(median "${sp_cold[@]}") hc=$(median "${hand_cold[@]}") x=$(median "${sp_export[@]}") sv=$(median "${save[@]}")
+    rows+=("| $name | $store | $c / $hc = $(ratio "$c" "$hc") | $w / $hw = $(ratio "$w" "$hw") | $x / $sv = $(ratio "$x" "$sv") |")
+done < <(bash scripts/setup-engines.sh --print-hosts)
+
+echo
+echo "| engine | store | cold build s: stackpin / hand-written | warm after one pin change s | bundle export / docker save s |"
+echo "|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"

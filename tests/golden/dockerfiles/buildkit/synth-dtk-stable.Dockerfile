@@ -1,0 +1,67 @@
+# Rendered by stackpin 0.1.0 for cell synth-dtk, variant stable, for BuildKit.
+# Do not edit: change pinning/*.toml and run `stackpin render synth-dtk --variant stable --builder buildkit`.
+# Lock: 4365292c039b6a962bb91456be2abe281dcb17597a11fd397f8e9e3150deff93 (5 wheels)
+
+# ---- one stage: each install reads its layer's wheels from a bind mount of the build
+# ---- context, so no wheel is in any layer and the environment is written once, in place
+FROM registry.example.invalid/dtk:99.01
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# No index, no cache, no bytecode from imports: the installs read the locked wheelhouse
+# only, and bytecode is compiled once, deterministically, after the guard. ARG, not ENV:
+# every RUN here sees them, the image (this stage is the final one) does not.
+ARG PIP_NO_INDEX=1
+ARG PIP_NO_CACHE_DIR=1
+ARG PIP_DISABLE_PIP_VERSION_CHECK=1
+ARG PYTHONDONTWRITEBYTECODE=1
+ARG SOURCE_DATE_EPOCH=1700000000
+RUN source /opt/dtk/env.sh && python3 -m venv /opt/stackpin/venv
+
+# Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.
+# --no-deps so pip can never replace the vendor torch with a generic one from an index.
+# The wheels are mounted read-only for this step alone: they reach no layer.
+RUN --mount=type=bind,source=wheels/vendor,target=/tmp/wheelhouse/vendor \
+    source /opt/dtk/env.sh && /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+        --find-links /tmp/wheelhouse/vendor -r /tmp/wheelhouse/vendor/requirements.txt
+
+# Layer 2: the rest of the stack, every transitive wheel locked by sha256.
+# Changing one stack pin rebuilds from here; the torch layer above stays cached.
+# The wheels are mounted read-only for this step alone: they reach no layer.
+RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
+    source /opt/dtk/env.sh && /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+        --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt
+
+# Guard: the build fails here, not at the site, when pip installed anything but the pins
+# (pip check inside, less the requirements the cell drops by name in the matrix).
+COPY stackpin/ /opt/stackpin/
+RUN source /opt/dtk/env.sh && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
+        --python cp310 --torch 1.0.0+das.dtk9901 --numpy '<2' \
+        --boundary /opt/stackpin/image.json \
+        --compile /opt/stackpin/venv/lib \
+    && rm -rf /root/.cache /tmp/*
+COPY verify/ /opt/stackpin/verify/
+# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.
+ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
+    VIRTUAL_ENV=/opt/stackpin/venv \
+    PYTHONPATH=/opt/stackpin/verify \
+    STACKPIN_ATTENTION=sdpa \
+    HF_HUB_OFFLINE="1" \
+    QUOTED="a \"b\" \$c" \
+    UNSLOTH_DISABLE_BITSANDBYTES="1"
+LABEL \
+      io.stackpin.attention="sdpa" \
+      io.stackpin.cell="synth-dtk" \
+      io.stackpin.cell-json="{\"arch\":[\"gfx999\"],\"attention\":{\"filename\":\"flash_attn-1.0.0+das.dtk9901.torch100-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"4444444444444444444444444444444444444444444444444444444444444444\",\"source\":\"vendor\"},\"base\":{\"bootstrap\":null,\"digest\":\"sha256:2222222222222222222222222222222222222222222222222222222222222222\",\"image\":\"registry.example.invalid/dtk:99.01\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic DTK cell: vendor torch, env.sh, FlashAttention, a vendor wheel\",\"dropped\":[],\"env\":{\"HF_HUB_OFFLINE\":\"1\",\"QUOTED\":\"a \\\"b\\\" \$c\",\"UNSLOTH_DISABLE_BITSANDBYTES\":\"1\"},\"env_script\":\"/opt/dtk/env.sh\",\"excluded\":{},\"glibc\":\"2.35\",\"id\":\"synth-dtk\",\"numpy\":\"<2\",\"platform\":\"dtk\",\"platform_version\":\"99.01\",\"provided\":{},\"python\":\"cp310\",\"run\":{\"cap_add\":[],\"devices\":[\"/dev/kfd\",\"/dev/dri\"],\"gpus\":\"\",\"group_add\":[\"video\"],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"visible_devices\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"beta\":\"2.0.0\",\"numpy\":\"1.0.0\"},\"torch\":{\"filename\":\"torch-1.0.0+das.dtk9901-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"3333333333333333333333333333333333333333333333333333333333333333\",\"source\":\"vendor\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[{\"filename\":\"triton-1.0.0+das.dtk9901-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"5555555555555555555555555555555555555555555555555555555555555555\",\"source\":\"vendor\"}]}" \
+      io.stackpin.lock-digest="4365292c039b6a962bb91456be2abe281dcb17597a11fd397f8e9e3150deff93" \
+      io.stackpin.platform="dtk" \
+      io.stackpin.source-date-epoch="1700000000" \
+      io.stackpin.variant="stable" \
+      io.stackpin.version="0.1.0" \
+      org.opencontainers.image.base.digest="sha256:2222222222222222222222222222222222222222222222222222222222222222" \
+      org.opencontainers.image.base.name="registry.example.invalid/dtk:99.01" \
+      org.opencontainers.image.created="2023-11-14T22:13:20Z" \
+      org.opencontainers.image.description="synthetic DTK cell: vendor torch, env.sh, FlashAttention, a vendor wheel" \
+      org.opencontainers.image.title="stackpin/synth-dtk" \
+      org.opencontainers.image.vendor="stackpin" \
+      org.opencontainers.image.version="stable-4365292c039b"
+ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
+CMD ["python", "-m", "stackpin_verify", "--levels", "0"]

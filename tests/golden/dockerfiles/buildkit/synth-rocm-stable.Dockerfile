@@ -1,0 +1,64 @@
+# Rendered by stackpin 0.1.0 for cell synth-rocm, variant stable, for BuildKit.
+# Do not edit: change pinning/*.toml and run `stackpin render synth-rocm --variant stable --builder buildkit`.
+# Lock: 0f61659f64349b91f417ab226245ca71d77b21011d9885342c6b1833c76c94f1 (2 wheels)
+
+# ---- one stage: each install reads its layer's wheels from a bind mount of the build
+# ---- context, so no wheel is in any layer and the environment is written once, in place
+FROM registry.example.invalid/rocm:9.9
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# No index, no cache, no bytecode from imports: the installs read the locked wheelhouse
+# only, and bytecode is compiled once, deterministically, after the guard. ARG, not ENV:
+# every RUN here sees them, the image (this stage is the final one) does not.
+ARG PIP_NO_INDEX=1
+ARG PIP_NO_CACHE_DIR=1
+ARG PIP_DISABLE_PIP_VERSION_CHECK=1
+ARG PYTHONDONTWRITEBYTECODE=1
+ARG SOURCE_DATE_EPOCH=1700000000
+RUN python3 -m venv /opt/stackpin/venv
+
+# Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.
+# --no-deps so pip can never replace the vendor torch with a generic one from an index.
+# The wheels are mounted read-only for this step alone: they reach no layer.
+RUN --mount=type=bind,source=wheels/vendor,target=/tmp/wheelhouse/vendor \
+    /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+        --find-links /tmp/wheelhouse/vendor -r /tmp/wheelhouse/vendor/requirements.txt
+
+# Layer 2: the rest of the stack, every transitive wheel locked by sha256.
+# Changing one stack pin rebuilds from here; the torch layer above stays cached.
+# The wheels are mounted read-only for this step alone: they reach no layer.
+RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
+    /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+        --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt
+
+# Guard: the build fails here, not at the site, when pip installed anything but the pins
+# (pip check inside, less the requirements the cell drops by name in the matrix).
+COPY stackpin/ /opt/stackpin/
+RUN /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
+        --python cp312 --torch 2.5.0+rocm9.9 --numpy '>=1.26,<3' \
+        --boundary /opt/stackpin/image.json \
+        --compile /opt/stackpin/venv/lib \
+    && rm -rf /root/.cache /tmp/*
+COPY verify/ /opt/stackpin/verify/
+# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.
+ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
+    VIRTUAL_ENV=/opt/stackpin/venv \
+    PYTHONPATH=/opt/stackpin/verify \
+    STACKPIN_ATTENTION=sdpa
+LABEL \
+      io.stackpin.attention="sdpa" \
+      io.stackpin.cell="synth-rocm" \
+      io.stackpin.cell-json="{\"arch\":[\"gfx999\"],\"attention\":null,\"base\":{\"bootstrap\":null,\"digest\":\"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"image\":\"registry.example.invalid/rocm:9.9\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic ROCm cell: one variant, no env script\",\"dropped\":[],\"env\":{},\"env_script\":\"\",\"excluded\":{},\"glibc\":\"2.35\",\"id\":\"synth-rocm\",\"numpy\":\">=1.26,<3\",\"platform\":\"rocm\",\"platform_version\":\"9.9\",\"provided\":{},\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"visible_devices\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"numpy\":\"2.0.0\"},\"torch\":{\"filename\":\"torch-2.5.0+rocm9.9-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"8888888888888888888888888888888888888888888888888888888888888888\",\"source\":\"index\"},\"variants\":[\"stable\"],\"vendor_wheels\":[]}" \
+      io.stackpin.lock-digest="0f61659f64349b91f417ab226245ca71d77b21011d9885342c6b1833c76c94f1" \
+      io.stackpin.platform="rocm" \
+      io.stackpin.source-date-epoch="1700000000" \
+      io.stackpin.variant="stable" \
+      io.stackpin.version="0.1.0" \
+      org.opencontainers.image.base.digest="sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" \
+      org.opencontainers.image.base.name="registry.example.invalid/rocm:9.9" \
+      org.opencontainers.image.created="2023-11-14T22:13:20Z" \
+      org.opencontainers.image.description="synthetic ROCm cell: one variant, no env script" \
+      org.opencontainers.image.title="stackpin/synth-rocm" \
+      org.opencontainers.image.vendor="stackpin" \
+      org.opencontainers.image.version="stable-0f61659f6434"
+ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
+CMD ["python", "-m", "stackpin_verify", "--levels", "0"]
