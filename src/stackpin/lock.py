@@ -25,6 +25,7 @@ from stackpin.abi import NAME_MAX
 from stackpin.boundary import vendor_pins
 from stackpin.errors import ConfigurationError, ValidationError
 from stackpin.matrix import Cell, cell_json, pinned_wheels
+from stackpin.matrix_safety import CELL_ID, CELL_ID_MAX
 from stackpin.primitives import pretty_json
 from stackpin.resolve import Pip, Resolution, attention_only, resolve_cell
 from stackpin.untrusted import parse_json, read_bounded, shown
@@ -289,6 +290,9 @@ def _bare_wheel(name: str) -> bool:
 def lock_problem(lock: Lock) -> str | None:
     """The first value of a lock that could not have come from 'stackpin lock', or None."""
     # The digests are only compared with what this stackpin computes: any string will do.
+    # The cell id names the wheelhouse folder (wheels/<cell>/): the matrix's id rule.
+    if len(lock.cell) > CELL_ID_MAX or not CELL_ID.fullmatch(lock.cell):
+        return f"cell {shown(lock.cell, limit=60)!r} is not a cell id"
     for index, wheel in enumerate(lock.wheels):
         if problem := _wheel_problem(wheel):
             return f"wheels[{index}]: {problem}"

@@ -289,6 +289,18 @@ def test_lock_shapes_through_the_wheelhouse_readers(tmp_path_factory, document):
                for f in vendor_files_needed(lock, root))
 
 
+def test_a_lock_whose_cell_is_not_a_cell_id_is_refused():
+    # Found by the fuzz test above: a 4000-digit cell named the wheelhouse folder, and the
+    # reader died of "File name too long" instead of refusing the lock.
+    import pytest
+
+    from stackpin.errors import ConfigurationError
+
+    for cell in ("9" * 4000, "../c1", "c1/x", ""):
+        with pytest.raises(ConfigurationError, match="is not a cell id"):
+            parse_lock(json.dumps({**LOCK, "cell": cell}), source="c1.lock")
+
+
 def test_the_unmutated_lock_is_accepted_and_read_back():
     lock = parse_lock(json.dumps(LOCK), source="c1.lock")
     assert [w.name for w in lock.wheels] == ["numpy", "torch"]
