@@ -7,6 +7,7 @@ for the reports, a time limit) and reads what it wrote.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -20,9 +21,18 @@ IN_CONTAINER_REPORTS = "/stackpin-reports"
 
 
 def verify_request(
-    cell: Cell, image: str, *, out_dir: Path, levels: str, dtype: str
+    cell: Cell, image: str, *, out_dir: Path, levels: str, dtype: str, devices: bool = True
 ) -> RunRequest:
-    """The container run of the suite with the platform's device flags and no network."""
+    """The container run of the suite with the platform's device flags and no network.
+
+    ``devices=False`` runs it without them, on a host with no card (a CUDA image in CI):
+    the kernel levels then say ``unsupported: no device``, they never pass.
+    """
+    extra = {}
+    if not devices:
+        cell = dataclasses.replace(cell, run=dataclasses.replace(
+            cell.run, devices=(), gpus="", visible_devices=""))
+        extra = {"STACKPIN_NO_DEVICES": "1"}  # stackpin_verify.level0.NO_DEVICES_ENV
     command = ["python", "-m", "stackpin_verify", "--out-dir", IN_CONTAINER_REPORTS]
     if levels:
         command += ["--levels", levels]
@@ -34,7 +44,8 @@ def verify_request(
         mounts=(BindMount(source=out_dir, target=IN_CONTAINER_REPORTS),),
         # The suite needs no network: it builds its tiny model and tokenizer in code.
         network_mode="none",
-        environment={"PYTHONUNBUFFERED": "1", **visibility_environment(cell.platform, cell.run)},
+        environment={"PYTHONUNBUFFERED": "1", **visibility_environment(cell.platform, cell.run),
+                     **extra},
     )
     return with_run_flags(request, cell.run)
 

@@ -57,6 +57,22 @@ def test_cuda_request_asks_for_gpus(shipped_cells, tmp_path: Path):
     assert request.gpus == "all"
 
 
+def test_no_devices_drops_the_device_flags_and_tells_the_suite(shipped_cells, tmp_path: Path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "verify"))
+    from stackpin_verify.level0 import NO_DEVICES_ENV
+
+    cell = shipped_cells["cuda130-sm90-torch2110-py311"]
+    request = verify_request(cell, "img", out_dir=tmp_path, levels="0", dtype="auto",
+                             devices=False)
+    assert (request.gpus, request.devices) == ("", ())
+    # One name on both sides of the container boundary.
+    assert request.environment[NO_DEVICES_ENV] == "1"
+    assert NO_DEVICES_ENV not in verify_request(cell, "img", out_dir=tmp_path, levels="",
+                                                dtype="auto").environment
+
+
 def test_identical_reports_have_no_changes():
     assert diff_reports(_report(), _report()) == []
 

@@ -22,3 +22,22 @@ def test_an_imported_torch_of_another_release_fails() -> None:
     # A torch on sys.path ahead of the installed one (PYTHONPATH, a stray folder).
     assert judge_torch_runtime("2.10.0+cu128", "2.11.0") == (
         "the imported torch is 2.10.0+cu128, the installed distribution 2.11.0")
+
+
+def test_no_device_on_purpose_is_unsupported_never_a_pass(monkeypatch) -> None:
+    import pytest
+    from verify_helpers import cpu_context, image_info
+
+    from stackpin_verify import level0
+    from stackpin_verify.checks import CheckFailed, Skip
+
+    ctx = cpu_context(image_info(platform="cuda"))
+    monkeypatch.setattr(level0.environment, "devices", list)
+    with pytest.raises(CheckFailed):  # no device and nobody said so: a fault
+        level0.check_devices(ctx)
+    monkeypatch.setenv(level0.NO_DEVICES_ENV, "1")
+    for check in (level0.check_devices, level0.check_backend):
+        with pytest.raises(Skip, match="unsupported: no device"):
+            check(ctx)
+    # A CPU image is judged as before: the flag says nothing about it.
+    assert level0.check_devices(cpu_context(image_info(platform="cpu")))["count"] == 0

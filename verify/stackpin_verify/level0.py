@@ -71,8 +71,22 @@ def check_backend(ctx: Context) -> Metrics:
     }
     platform_name = ctx.image_field("platform")
     if platform_name:
+        _unsupported_without_devices(ctx)
         require(judge_backend(ctx.backend, platform_name), metrics)
     return metrics
+
+
+# Set by `stackpin verify run --no-devices`: the run passed no device flags on purpose (an
+# accelerator image checked on a host with no card), so a missing device is "unsupported",
+# never a pass, and never a fault of the image either.
+NO_DEVICES_ENV = "STACKPIN_NO_DEVICES"
+
+
+def _unsupported_without_devices(ctx: Context) -> None:
+    accelerator = ctx.image_field("platform") in ("cuda", "rocm", "dtk")
+    if accelerator and not ctx.accelerated and os.environ.get(NO_DEVICES_ENV) == "1":
+        msg = "unsupported: no device (the run passed no device flags: --no-devices)"
+        raise Skip(msg)
 
 
 def judge_devices(count: int, image_platform: str) -> str | None:
@@ -85,6 +99,8 @@ def judge_devices(count: int, image_platform: str) -> str | None:
 def check_devices(ctx: Context) -> Metrics:
     found = environment.devices()
     metrics: Metrics = {"count": len(found), "devices": found}
+    if not found:
+        _unsupported_without_devices(ctx)
     require(judge_devices(len(found), ctx.image_field("platform")), metrics)
     return metrics
 

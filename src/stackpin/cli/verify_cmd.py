@@ -52,8 +52,12 @@ def command() -> None:
 @click.option("--levels", default="", help="Comma-separated levels (default: all, 0-8).")
 @click.option("--dtype", type=click.Choice(["auto", "bf16", "fp16", "fp32"]), default="auto",
               show_default=True)
+@click.option("--no-devices", is_flag=True,
+              help="Run without the cell's device flags, on a host with no card: the "
+                   "kernel levels report unsupported, never pass.")
 @json_option
-def run(cell_id: str, variant: str, levels: str, dtype: str, as_json: bool) -> None:
+def run(cell_id: str, variant: str, levels: str, dtype: str, no_devices: bool,
+        as_json: bool) -> None:
     """Run the suite in CELL's image with the platform's device flags.
 
     Reports go to build/reports/CELL-VARIANT/report.json and report.xml (JUnit). Exit 6
@@ -75,7 +79,7 @@ def run(cell_id: str, variant: str, levels: str, dtype: str, as_json: bool) -> N
                 shutil.rmtree(out_dir)
             out_dir.mkdir(parents=True)
             request = verify_request(cell, image, out_dir=out_dir.resolve(), levels=levels,
-                                     dtype=dtype)
+                                     dtype=dtype, devices=not no_devices)
             result = engine.run_to_completion(request, timeout_s=SUITE_TIMEOUT_S)
             if not (out_dir / "report.json").exists():
                 msg = (f"the suite wrote no report in {image} (exit {result.exit_code}): "
