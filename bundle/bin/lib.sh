@@ -276,6 +276,8 @@ check_run_args() {
             --shm-size=*) [[ "${arg#*=}" =~ ^[0-9]+[bkmgBKMG]?$ ]] || die "profile $profile: bad $arg" ;;
             --gpus=*) [[ "${arg#*=}" =~ ^[A-Za-z0-9,=:\"-]+$ ]] || die "profile $profile: bad $arg" ;;
             --ipc=private|--ipc=shareable|--ipc=none) ;;
+            --ulimit=*) [[ "${arg#*=}" =~ ^(memlock|stack|nofile)=-?[0-9]+(:-?[0-9]+)?$ ]] \
+                || die "profile $profile: bad $arg" ;;
             --volume=*)
                 host=${arg#--volume=}
                 host=${host%%:*}
@@ -290,6 +292,25 @@ check_run_args() {
             say WARN "profile $profile: host access allowed by the site: $broad"
         fi
     done
+}
+
+# [LIST]: VISIBILITY_ARGS := the --env that limits the container to the cards in LIST (the
+# profile's default without one), named for its platform (HIP_VISIBLE_DEVICES on DTK/ROCm,
+# CUDA_VISIBLE_DEVICES on CUDA); none for "every card". A LIST given on cpu, or one that is
+# not card indices (an empty one too), is a usage error (exit 2) before docker runs.
+visibility_args() {
+    local chosen=$PROFILE_VISIBLE_DEVICES
+    VISIBILITY_ARGS=()
+    if [ "$#" -gt 0 ]; then
+        [ -n "$PROFILE_VISIBILITY_ENV" ] \
+            || die_with 2 "--devices $1: profile $PROFILE_NAME runs on $PROFILE_PLATFORM and has no cards to choose; leave --devices out"
+        [[ "$1" =~ ^[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*$ ]] \
+            || die_with 2 "--devices '$1' is not a card list: give indices such as 0,1"
+        chosen=$1
+    fi
+    if [ -n "$chosen" ] && [ -n "$PROFILE_VISIBILITY_ENV" ]; then
+        VISIBILITY_ARGS=(--env "$PROFILE_VISIBILITY_ENV=$chosen")
+    fi
 }
 
 profile_alias() {  # NAME: the seed calls the enhanced profile "full"

@@ -161,6 +161,13 @@ class RunFlags:
     ipc: str = field(default="", metadata=doc("IPC mode (host for multi-card); empty = default."))
     cap_add: tuple[str, ...] = field(default=(), metadata=doc("Added capabilities (SYS_PTRACE)."))
     security_opt: tuple[str, ...] = field(default=(), metadata=doc("Security options."))
+    ulimits: tuple[str, ...] = field(
+        default=(),
+        metadata=doc(
+            "Resource limits as docker's --ulimit takes them, NAME=SOFT[:HARD] with -1 for "
+            "unlimited: the field runs DCU training with memlock=-1:-1 and stack=-1:-1."
+        ),
+    )
     visible_devices: str = field(
         default="",
         metadata=doc(
@@ -258,11 +265,19 @@ class Cell:
         return wheels
 
 
+def visibility_variable(platform: str) -> str:
+    """The variable that chooses cards on this platform ("" on cpu): the HIP runtime reads
+    HIP_VISIBLE_DEVICES, not CUDA_VISIBLE_DEVICES (dcu-facts.md)."""
+    if platform == "cpu":
+        return ""
+    return "CUDA_VISIBLE_DEVICES" if platform == "cuda" else "HIP_VISIBLE_DEVICES"
+
+
 def visibility_environment(platform: str, run: RunFlags) -> dict[str, str]:
     """The device-visibility variable of the run profile, named for the platform's runtime."""
-    if not run.visible_devices or platform == "cpu":
+    name = visibility_variable(platform)
+    if not run.visible_devices or not name:
         return {}
-    name = "CUDA_VISIBLE_DEVICES" if platform == "cuda" else "HIP_VISIBLE_DEVICES"
     return {name: run.visible_devices}
 
 
@@ -404,13 +419,22 @@ def find_cell(cells: Mapping[str, Cell], cell_id: str) -> Cell:
 def cell_to_dict(cell: Cell) -> dict[str, Any]:
     """Plain JSON-able form of a cell (stable key order), used for labels and locks.
 
-    A cell that serves nothing has no ``service`` key: its form (hence its lock's digest)
-    is the one it had before services were declared.
+    A cell that serves nothing has no ``service`` key, and settings added to the format
+    later appear only where a cell sets them: a cell's form (hence its lock's digest) stays
+    the one it had before they existed.
     """
     form: dict[str, Any] = plain(cell)
     if cell.service is None:
         del form["service"]
+    for table, key in LATER_SETTINGS:
+        holder = form[table] if table else form
+        if not holder[key]:
+            del holder[key]
     return form
+
+
+# (table or "", key) of settings added after cells were first locked: omitted when unset.
+LATER_SETTINGS: tuple[tuple[str, str], ...] = (("run", "ulimits"),)
 
 
 def cell_json(cell: Cell) -> str:

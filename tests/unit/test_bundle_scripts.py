@@ -73,6 +73,12 @@ server.serve_forever()
 
 @pytest.fixture
 def site(tmp_path, shipped_cells):
+    return make_site(tmp_path, shipped_cells)
+
+
+def make_site(tmp_path: Path, shipped_cells):  # type: ignore[no-untyped-def]
+    """A signed CPU bundle, the recording docker shim first on PATH, and the site's env:
+    (bundle folder, public key, environment, docker call log)."""
     result, public = export_cpu(tmp_path, shipped_cells)
     shim_dir = tmp_path / "shim"
     shim_dir.mkdir()
