@@ -159,6 +159,7 @@ def _installs(cell: Cell, variant: Variant, dist: str) -> bool:
 
 
 HEALTHCHECK_PATH = "/opt/stackpin/healthcheck.py"
+ENTRYPOINT = "/opt/stackpin/entrypoint.sh"
 
 
 def service_info(service: Service, variant: Variant) -> dict[str, Any]:
@@ -171,7 +172,9 @@ def service_info(service: Service, variant: Variant) -> dict[str, Any]:
         "host_port": endpoint.port,
         "tools": endpoint.tools,
         "health_path": service.health_path,
-        "health_argv": ["python", HEALTHCHECK_PATH, inner_url],
+        # Through the entrypoint, so the check runs in the environment the service runs in
+        # (the cell's env script sourced).
+        "health_argv": [ENTRYPOINT, "python", HEALTHCHECK_PATH, inner_url],
         "ready_timeout": service.ready_timeout,
         "state_dir": service.state_dir,
         "models_dir": service.models_dir,
@@ -237,6 +240,8 @@ def render(req: RenderRequest) -> Rendered:
         "stackpin/guard.py": (req.templates_dir / "guard.py").read_text(encoding="utf-8"),
         "stackpin/image.json": pretty_json(image_info(req)),
     }
+    if cell.env_script:
+        files["stackpin/env.sh"] = env.get_template("env.sh.j2").render(context)
     if cell.service is not None:
         files["stackpin/serve.py"] = (req.templates_dir / "serve.py").read_text(encoding="utf-8")
         # One health rule for the image's HEALTHCHECK and `stackpin serve`: this module.
@@ -259,6 +264,7 @@ def template_context(
         "lock_line": _lock_line(lock),
         "base_reference": base_reference(cell),
         "prefix": f"source {shlex.quote(cell.env_script)} && " if cell.env_script else "",
+        "env_script": cell.env_script,
         "layers": [
             {"group": g, "title": _LAYER_TEXT[g][0], "why": _LAYER_TEXT[g][1]} for g in groups
         ],
