@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from stackpin.compat import Compat, compat_problems
 from stackpin.declared import Decoder, Problem, did_you_mean, doc, plain, schema_of
 from stackpin.declared import reference_rows as declared_rows
 from stackpin.errors import ConfigurationError
@@ -243,6 +244,10 @@ class Cell:
         default=None,
         metadata=doc("The service the image serves (Studio); none = a tool image only."),
     )
+    compat: Mapping[str, Compat] = field(
+        default_factory=dict,
+        metadata=doc("Compatibility shims by id, each bridging one named upstream defect."),
+    )
 
     @property
     def is_dtk(self) -> bool:
@@ -312,6 +317,7 @@ def _structural_problems(matrix: Matrix) -> list[Problem]:
         if cell.service is not None:
             problems += [Problem(f"{where}.service.{key}", message)
                          for key, message in service_problems(cell.service)]
+        problems += [Problem(f"{where}.{key}", message) for key, message in compat_problems(cell)]
     for cell in matrix.cells.values():
         problems += [Problem(path, message)
                      for path, message in cell_problems(cell, _pinned_wheels(cell))]
@@ -434,7 +440,7 @@ def cell_to_dict(cell: Cell) -> dict[str, Any]:
 
 
 # (table or "", key) of settings added after cells were first locked: omitted when unset.
-LATER_SETTINGS: tuple[tuple[str, str], ...] = (("run", "ulimits"),)
+LATER_SETTINGS: tuple[tuple[str, str], ...] = (("run", "ulimits"), ("", "compat"))
 
 
 def cell_json(cell: Cell) -> str:

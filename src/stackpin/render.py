@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 
 from stackpin import healthcheck, target
 from stackpin.boundary import effective_provided
+from stackpin.compat import compat_files
 from stackpin.errors import ConfigurationError
 from stackpin.lock import GROUPS, Group, Lock, LockedWheel, wheel_name_version
 from stackpin.matrix import Cell, Variant, cell_json
@@ -240,6 +241,7 @@ def render(req: RenderRequest) -> Rendered:
         "stackpin/guard.py": (req.templates_dir / "guard.py").read_text(encoding="utf-8"),
         "stackpin/image.json": pretty_json(image_info(req)),
     }
+    files.update(compat_files(cell, req.templates_dir))
     if cell.env_script:
         files["stackpin/env.sh"] = env.get_template("env.sh.j2").render(context)
     if cell.service is not None:
