@@ -276,6 +276,8 @@ check_run_args() {
             --shm-size=*) [[ "${arg#*=}" =~ ^[0-9]+[bkmgBKMG]?$ ]] || die "profile $profile: bad $arg" ;;
             --gpus=*) [[ "${arg#*=}" =~ ^[A-Za-z0-9,=:\"-]+$ ]] || die "profile $profile: bad $arg" ;;
             --ipc=private|--ipc=shareable|--ipc=none) ;;
+            --ulimit=*) [[ "${arg#*=}" =~ ^(memlock|stack|nofile)=-?[0-9]+(:-?[0-9]+)?$ ]] \
+                || die "profile $profile: bad $arg" ;;
             --volume=*)
                 host=${arg#--volume=}
                 host=${host%%:*}
@@ -290,6 +292,25 @@ check_run_args() {
             say WARN "profile $profile: host access allowed by the site: $broad"
         fi
     done
+}
+
+# [LIST]: VISIBILITY_ARGS := the --env that limits the container to the cards in LIST (the
+# profile's default without one), named for its platform (HIP_VISIBLE_DEVICES on DTK/ROCm,
+# CUDA_VISIBLE_DEVICES on CUDA); none for "every card". A LIST given on cpu, or one that is
+# not card indices (an empty one too), is a usage error (exit 2) before docker runs.
+visibility_args() {
+    local chosen=$PROFILE_VISIBLE_DEVICES
+    VISIBILITY_ARGS=()
+    if [ "$#" -gt 0 ]; then
+        [ -n "$PROFILE_VISIBILITY_ENV" ] \
+            || die_with 2 "--devices $1: profile $PROFILE_NAME runs on $PROFILE_PLATFORM and has no cards to choose; leave --devices out"
+        [[ "$1" =~ ^[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*$ ]] \
+            || die_with 2 "--devices '$1' is not a card list: give indices such as 0,1"
+        chosen=$1
+    fi
+    if [ -n "$chosen" ] && [ -n "$PROFILE_VISIBILITY_ENV" ]; then
+        VISIBILITY_ARGS=(--env "$PROFILE_VISIBILITY_ENV=$chosen")
+    fi
 }
 
 profile_alias() {  # NAME: the seed calls the enhanced profile "full"
@@ -319,8 +340,33 @@ loopback_answers_healthy() {  # PORT PATH: asked from this host, the way a user 
     return 1
 }
 
-card_free() {  # hy-smi (rocm-smi's format) says no KFD process uses a DCU
-    hy-smi --showpids 2>/dev/null | grep -q "No KFD PIDs currently running"
+# KFD_NODE: the device node every process that holds a DCU (or ROCm card) keeps open.
+KFD_NODE=${STACKPIN_KFD:-/dev/kfd}
+
+kfd_holders() {  # the PIDs fuser lists on KFD_NODE, one line; empty when none holds it
+    # fuser prints the PIDs on stdout (the name and access letters on stderr); exit 1 = none.
+    fuser "$KFD_NODE" 2>/dev/null | tr -s ' \t' ' ' | sed 's/^ //; s/ $//' || true
+}
+
+# Card names the field reports, and the ISA each one is (dcu-facts.md): hy-smi may name
+# the card rather than its gfx target.
+card_isa() {  # WORD: the gfx ISA of a card name, or nothing
+    case ${1^^} in
+        K100_AI|K100-AI|K100AI) printf 'gfx928\n' ;;
+        BW) printf 'gfx936\n' ;;
+    esac
+}
+
+# hy-smi's output format is not known in detail (a rocm_smi_lib fallback warning may come
+# first, then each HCU with temperature, power and memory use): only whole words are read,
+# gfx targets as they are and the card names card_isa knows. Nothing else is guessed.
+hy_smi_isas() {
+    local word isa
+    for word in $(hy-smi 2>/dev/null | tr -c 'A-Za-z0-9_-' ' '); do
+        if [[ "$word" =~ ^gfx[0-9a-f]+$ ]]; then printf '%s\n' "$word"
+        elif isa=$(card_isa "$word") && [ -n "$isa" ]; then printf '%s\n' "$isa"
+        fi
+    done | sort -u | tr '\n' ' '
 }
 
 container_name() {  # PROFILE

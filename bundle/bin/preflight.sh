@@ -108,23 +108,27 @@ else
 fi
 
 if [ "${#BUNDLE_ARCHES[@]}" -gt 0 ]; then
-    seen=""
+    seen="" undecided=""
     if command -v rocminfo >/dev/null 2>&1; then
         seen=$(rocminfo 2>/dev/null | grep -oE 'gfx[0-9a-f]+' | sort -u | tr '\n' ' ')
     elif command -v nvidia-smi >/dev/null 2>&1; then
         seen=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null \
             | sed 's/\.//; s/^/sm_/' | sort -u | tr '\n' ' ')
     elif command -v hy-smi >/dev/null 2>&1; then
-        seen=$(hy-smi 2>/dev/null | grep -oE 'gfx[0-9a-f]+|K100[_A-Z]*|BW[0-9]*' | sort -u | tr '\n' ' ')
+        seen=$(hy_smi_isas)
+        [ -n "$seen" ] || undecided="hy-smi names no gfx target and no card stackpin knows (K100_AI, BW)"
     fi
-    if [ -z "$seen" ]; then
+    if [ -n "$undecided" ]; then
+        say WARN "accelerator: cannot decide: $undecided; run rocminfo to see the ISA; expected ${BUNDLE_ARCHES[*]}"
+    elif [ -z "$seen" ]; then
         say WARN "accelerator: no rocminfo, hy-smi or nvidia-smi answer; expected ${BUNDLE_ARCHES[*]}"
     else
+        seen=${seen% }
         match=no
         for arch in "${BUNDLE_ARCHES[@]}"; do
             case " $seen " in *" $arch "*) match=yes ;; esac
         done
-        if [ "$match" = yes ]; then say PASS "accelerator: $seen(images built for ${BUNDLE_ARCHES[*]})"
+        if [ "$match" = yes ]; then say PASS "accelerator: $seen (images built for ${BUNDLE_ARCHES[*]})"
         else fail "accelerator: this host has $seen; the images are built for ${BUNDLE_ARCHES[*]}"; fi
     fi
 fi

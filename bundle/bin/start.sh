@@ -1,6 +1,8 @@
 #!/bin/bash
-# Start a profile's service: bin/start.sh PROFILE [--keep] [--force] [-- COMMAND...]
+# Start a profile's service: bin/start.sh PROFILE [--devices LIST] [--keep] [--force] [-- COMMAND...]
 #   PROFILE   stable, enhanced (full is the seed's name for enhanced), or another profile
+#   --devices the cards it may use, e.g. 0,1 (HIP_VISIBLE_DEVICES on DTK/ROCm,
+#             CUDA_VISIBLE_DEVICES on CUDA; default: the cell's [run] visible_devices)
 #   --keep    leave the container when it does not become healthy (to debug it)
 #   --force   start although another profile runs on this card (never train on both)
 # The service's port is published on 127.0.0.1 only. The profile's state folder (accounts,
@@ -20,10 +22,13 @@ set -euo pipefail
 
 take_common_args "$@"
 set -- "${REST[@]+"${REST[@]}"}"
-usage="usage: start.sh stable|enhanced|full|PROFILE [--keep] [--force] [-- COMMAND...]"
-profile="" keep=0 force=0 command=()
+usage="usage: start.sh stable|enhanced|full|PROFILE [--devices LIST] [--keep] [--force] [-- COMMAND...]"
+profile="" keep=0 force=0 devices=() command=()
 while [ "$#" -gt 0 ]; do
     case $1 in
+        --devices) [ "$#" -ge 2 ] || die_with 2 "--devices needs a card list such as 0,1"
+            devices=("$2"); shift ;;
+        --devices=*) devices=("${1#--devices=}") ;;
         --keep) keep=1 ;;
         --force) force=1 ;;
         --) shift; command=("$@"); break ;;
@@ -37,6 +42,7 @@ profile=$(profile_alias "$profile")
 need docker "it runs the profile's container"
 load_bundle_conf
 load_profile "$profile"
+visibility_args "${devices[@]+"${devices[@]}"}"
 [ -n "${PROFILE_SERVICE_ARGV+x}" ] \
     || die_with 3 "profile $profile's image declares no service: add [service] to its cell, or pass -- COMMAND"
 
@@ -79,7 +85,8 @@ docker run --detach --init --name "$name" --restart no \
     --volume "$(cd "$state" && pwd -P):$PROFILE_STATE_DIR" \
     --volume "$(cd "$models" && pwd -P):$PROFILE_MODELS_DIR:ro" \
     --env STACKPIN_PROFILE="$profile" --env HOME="$PROFILE_STATE_DIR/home" \
-    "${PROFILE_RUN_ARGS[@]}" "$PROFILE_IMAGE" "${command[@]}" >/dev/null \
+    "${PROFILE_RUN_ARGS[@]}" "${VISIBILITY_ARGS[@]+"${VISIBILITY_ARGS[@]}"}" \
+    "$PROFILE_IMAGE" "${command[@]}" >/dev/null \
     || die_with 8 "docker could not start profile $profile; its message is above"
 
 give_up() {  # CODE MESSAGE: show the service's last words, remove it unless --keep

@@ -1,9 +1,14 @@
 #!/bin/bash
 # Stop a profile: bin/stop.sh stable|enhanced|full|PROFILE
-# Stops its container gracefully (SIGTERM), removes it, waits until its processes are gone
-# and, on DCU hosts, until hy-smi lists no process on the card (freed device memory lags
-# process exit there). Exit codes: 0 stopped or not running; 2 usage or no such profile; 8 still present.
+# Stops its container gracefully (SIGTERM), removes it and waits until its processes are
+# gone. On a DCU or ROCm profile it then waits until `fuser /dev/kfd` lists no process (the
+# field's rule: every process that still holds a card; freed device memory lags process
+# exit). Whether each card's memory use is back at zero, the other half of the field's
+# rule, it cannot decide: hy-smi's output format is not known here, so it says so and names
+# the check to make. Exit codes: 0 stopped or not running; 2 usage or no such profile;
+# 8 still present (container, processes, or a process holding /dev/kfd).
 #   STACKPIN_STOP_TIMEOUT seconds for a clean exit before SIGKILL (default 30)
+#   STACKPIN_KFD the card's KFD node (default /dev/kfd)
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
@@ -26,6 +31,27 @@ watch_pid=""
 if [ "$pid" -gt 0 ] 2>/dev/null && grep -qs "$cid" "/proc/$pid/cgroup"; then
     watch_pid=$pid
 fi
+# The field's rule for a card: no process holds /dev/kfd (fuser, as root: it sees every
+# user's processes), then memory use back at zero, which only hy-smi shows.
+card_released() {
+    if [ ! -e "$KFD_NODE" ]; then
+        say INFO "stop: no $KFD_NODE on this host: no card to release"
+        return 0
+    fi
+    if command -v fuser >/dev/null 2>&1; then
+        local holders
+        until holders=$(kfd_holders) && [ -z "$holders" ]; do
+            [ "$SECONDS" -lt "$deadline" ] \
+                || die_with 8 "stop: processes still hold $KFD_NODE $((grace + 30))s after the stop: PIDs $holders; another profile or a leftover worker uses the card: stop it (by process tree, not pkill -f)"
+            sleep 1
+        done
+        say PASS "stop: no process holds $KFD_NODE (fuser)"
+    else
+        say WARN "stop: cannot decide whether a process still holds $KFD_NODE: fuser is not installed (Debian/Ubuntu: psmisc)"
+    fi
+    say WARN "stop: cannot decide whether each card's memory use is back at zero: stackpin does not know hy-smi's output format; check it in hy-smi before the next start"
+}
+
 docker stop --time "$grace" "$name" >/dev/null
 docker rm --force --volumes "$name" >/dev/null
 deadline=$((SECONDS + grace + 30))
@@ -34,13 +60,10 @@ while docker container inspect "$name" >/dev/null 2>&1 \
     [ "$SECONDS" -lt "$deadline" ] || die_with 8 "stop: $name or its processes are still there; check 'docker ps -a'"
     sleep 1
 done
-if command -v hy-smi >/dev/null 2>&1; then
-    # "Stopped" on a DCU means the card shows no process any more, not that ours exited.
-    until card_free; do
-        [ "$SECONDS" -lt "$deadline" ] \
-            || die_with 8 "stop: hy-smi still lists processes on the card $((grace + 30))s after the stop; check 'hy-smi --showpids'"
-        sleep 1
-    done
-    say PASS "stop: hy-smi lists no process on the card"
+if [ -f "$BUNDLE/bin/profiles/$profile.conf" ]; then
+    platform=$(sed -n 's/^PROFILE_PLATFORM=//p' "$BUNDLE/bin/profiles/$profile.conf")
 fi
+case ${platform:-} in
+    dtk|rocm) card_released ;;
+esac
 say PASS "stop: profile $profile stopped, container $name removed, processes gone"

@@ -24,6 +24,8 @@ reports=${STACKPIN_REPORT_DIR:-$BUNDLE.reports}
 status=0
 for profile in "${profiles[@]}"; do
     load_profile "$profile"
+    # shellcheck disable=SC2119  # no list: the profile's default cards
+    visibility_args
     profile_image 1
     out="$reports/$profile"
     mkdir -p "$out"
@@ -34,7 +36,7 @@ for profile in "${profiles[@]}"; do
         --hostname stackpin-verify --add-host stackpin-verify:127.0.0.1 \
         --user "$(id -u):$(id -g)" --env HOME=/tmp \
         --volume "$(cd "$out" && pwd -P):/var/lib/stackpin/report" \
-        "${PROFILE_RUN_ARGS[@]}" "$PROFILE_IMAGE" \
+        "${PROFILE_RUN_ARGS[@]}" "${VISIBILITY_ARGS[@]+"${VISIBILITY_ARGS[@]}"}" "$PROFILE_IMAGE" \
         python -m stackpin_verify --out-dir /var/lib/stackpin/report "$@"; then
         say PASS "verify: profile $profile passed; report $out/report.json"
     else

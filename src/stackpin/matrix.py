@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from stackpin.compat import Compat, compat_problems
 from stackpin.declared import Decoder, Problem, did_you_mean, doc, plain, schema_of
 from stackpin.declared import reference_rows as declared_rows
 from stackpin.errors import ConfigurationError
@@ -167,6 +168,13 @@ class RunFlags:
     ipc: str = field(default="", metadata=doc("IPC mode (host for multi-card); empty = default."))
     cap_add: tuple[str, ...] = field(default=(), metadata=doc("Added capabilities (SYS_PTRACE)."))
     security_opt: tuple[str, ...] = field(default=(), metadata=doc("Security options."))
+    ulimits: tuple[str, ...] = field(
+        default=(),
+        metadata=doc(
+            "Resource limits as docker's --ulimit takes them, NAME=SOFT[:HARD] with -1 for "
+            "unlimited: the field runs DCU training with memlock=-1:-1 and stack=-1:-1."
+        ),
+    )
     visible_devices: str = field(
         default="",
         metadata=doc(
@@ -246,6 +254,10 @@ class Cell:
         default=None,
         metadata=doc("Why the cell cannot serve Studio: the requirement that blocks it."),
     )
+    compat: Mapping[str, Compat] = field(
+        default_factory=dict,
+        metadata=doc("Compatibility shims by id, each bridging one named upstream defect."),
+    )
 
     @property
     def is_dtk(self) -> bool:
@@ -268,11 +280,19 @@ class Cell:
         return wheels
 
 
+def visibility_variable(platform: str) -> str:
+    """The variable that chooses cards on this platform ("" on cpu): the HIP runtime reads
+    HIP_VISIBLE_DEVICES, not CUDA_VISIBLE_DEVICES (dcu-facts.md)."""
+    if platform == "cpu":
+        return ""
+    return "CUDA_VISIBLE_DEVICES" if platform == "cuda" else "HIP_VISIBLE_DEVICES"
+
+
 def visibility_environment(platform: str, run: RunFlags) -> dict[str, str]:
     """The device-visibility variable of the run profile, named for the platform's runtime."""
-    if not run.visible_devices or platform == "cpu":
+    name = visibility_variable(platform)
+    if not run.visible_devices or not name:
         return {}
-    name = "CUDA_VISIBLE_DEVICES" if platform == "cuda" else "HIP_VISIBLE_DEVICES"
     return {name: run.visible_devices}
 
 
@@ -318,6 +338,7 @@ def cell_problems_of(cell: Cell) -> list[Problem]:
     if cell.service is not None:
         problems += [Problem(f"{where}.service.{key}", message)
                      for key, message in service_problems(cell.service)]
+    problems += [Problem(f"{where}.{key}", message) for key, message in compat_problems(cell)]
     problems += [Problem(path, message)
                  for path, message in cell_problems(cell, _pinned_wheels(cell))]
     return problems
@@ -457,17 +478,26 @@ def cell_to_dict(cell: Cell) -> dict[str, Any]:
     """Plain JSON-able form of a cell (stable key order), used for labels and locks.
 
     A cell that serves nothing has no ``service`` key (nor ``service_blocked`` unless it says
-    why): its form (hence its lock's digest) is the one it had before services were declared.
+    why), and settings added to the format later appear only where a cell sets them: a
+    cell's form (hence its lock's digest) stays the one it had before they existed.
     """
     form: dict[str, Any] = plain(cell)
     for key in ("service", "service_blocked"):
         if form[key] is None:
             del form[key]
+    for table, key in LATER_SETTINGS:
+        holder = form[table] if table else form
+        if not holder[key]:
+            del holder[key]
     # Likewise a pinned wheel without extras keeps the form it had before extras existed.
     for wheel in [form["torch"], form["attention"], *form["vendor_wheels"]]:
         if wheel is not None and not wheel["extras"]:
             del wheel["extras"]
     return form
+
+
+# (table or "", key) of settings added after cells were first locked: omitted when unset.
+LATER_SETTINGS: tuple[tuple[str, str], ...] = (("run", "ulimits"), ("", "compat"))
 
 
 def cell_json(cell: Cell) -> str:

@@ -44,6 +44,9 @@ SHM_SIZE = re.compile(r"[0-9]+[bkmgBKMG]?")
 GPUS = re.compile(r'[A-Za-z0-9,=:"-]+')
 IPC = re.compile(r"host|private|shareable|none")
 VISIBLE = re.compile(r"[A-Za-z0-9-]+(?:,[A-Za-z0-9-]+)*")
+# docker --ulimit NAME=SOFT[:HARD]; only the limits a training container needs raised
+# (bin/lib.sh accepts the same shape in a signed profile).
+ULIMIT = re.compile(r"(?:memlock|stack|nofile)=-?[0-9]+(?::-?[0-9]+)?")
 OPTION_VALUE = re.compile(r"[A-Za-z0-9_.:=/-]+")
 SENSITIVE_HOST_PATHS = (
     "/", "/etc", "/root", "/home", "/boot", "/proc", "/sys", "/dev", "/run", "/var",
@@ -119,6 +122,10 @@ def _run_problems(cell: Cell, where: str) -> Iterator[Found]:
     ):
         if value and not shape.fullmatch(value):
             yield (f"{where}.{key}", f"expected {expected}")
+    for index, limit in enumerate(run.ulimits):
+        if not ULIMIT.fullmatch(limit):
+            yield (f"{where}.ulimits[{index}]",
+                   "memlock, stack or nofile=SOFT[:HARD], -1 for unlimited")
     for key, values in (("group_add", run.group_add), ("cap_add", run.cap_add),
                         ("security_opt", run.security_opt)):
         for index, value in enumerate(values):

@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 
 from stackpin import healthcheck, target
 from stackpin.boundary import effective_provided
+from stackpin.compat import compat_files
 from stackpin.engine.builders import Builder
 from stackpin.errors import ConfigurationError
 from stackpin.lock import GROUPS, Group, Lock, LockedWheel, wheel_name_version
@@ -204,6 +205,7 @@ def _installs(cell: Cell, variant: Variant, dist: str) -> bool:
 
 
 HEALTHCHECK_PATH = "/opt/stackpin/healthcheck.py"
+ENTRYPOINT = "/opt/stackpin/entrypoint.sh"
 
 
 def service_info(service: Service, variant: Variant) -> dict[str, Any]:
@@ -216,7 +218,9 @@ def service_info(service: Service, variant: Variant) -> dict[str, Any]:
         "host_port": endpoint.port,
         "tools": endpoint.tools,
         "health_path": service.health_path,
-        "health_argv": ["python", HEALTHCHECK_PATH, inner_url],
+        # Through the entrypoint, so the check runs in the environment the service runs in
+        # (the cell's env script sourced).
+        "health_argv": [ENTRYPOINT, "python", HEALTHCHECK_PATH, inner_url],
         "ready_timeout": service.ready_timeout,
         "state_dir": service.state_dir,
         "models_dir": service.models_dir,
@@ -282,6 +286,9 @@ def render(req: RenderRequest) -> Rendered:
         "stackpin/guard.py": (req.templates_dir / "guard.py").read_text(encoding="utf-8"),
         "stackpin/image.json": pretty_json(image_info(req)),
     }
+    files.update(compat_files(cell, req.templates_dir))
+    if cell.env_script:
+        files["stackpin/env.sh"] = env.get_template("env.sh.j2").render(context)
     if cell.service is not None:
         files["stackpin/serve.py"] = (req.templates_dir / "serve.py").read_text(encoding="utf-8")
         # One health rule for the image's HEALTHCHECK and `stackpin serve`: this module.
@@ -304,6 +311,9 @@ def template_context(
         "lock_line": _lock_line(lock),
         "base_reference": base_reference(cell),
         "prefix": f"source {shlex.quote(cell.env_script)} && " if cell.env_script else "",
+        "env_script": cell.env_script,
+        # BuildKit's Dockerfile is one stage: nothing can be copied from an install stage.
+        "one_stage": req.builder == "buildkit",
         "layers": [
             {"group": g, "title": _LAYER_TEXT[g][0], "why": _LAYER_TEXT[g][1]} for g in groups
         ],

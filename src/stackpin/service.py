@@ -18,6 +18,7 @@ from stackpin.engine import BindMount, RunRequest
 from stackpin.errors import ConfigurationError, HostEnvironmentError, VerificationError
 from stackpin.healthcheck import healthy
 from stackpin.matrix import Cell, Variant
+from stackpin.runprofile import with_run_profile
 from stackpin.servicespec import LOOPBACK, Service
 
 
@@ -48,8 +49,13 @@ def plan(
     models_dir: Path,
     port: int | None = None,
     timeout_s: int | None = None,
+    devices: str | None = None,
 ) -> ServePlan:
-    """The container run of one variant's service (pure: no Docker, no files touched)."""
+    """The container run of one variant's service (pure: no Docker, no files touched).
+
+    The cell's run profile (device nodes, shm, ulimits, the cards in ``devices`` or the
+    cell's default) is applied as bin/start.sh applies it, so Studio sees the cards.
+    """
     service = service_of(cell)
     host_port = port if port is not None else service.endpoint(variant).port
     if not models_dir.is_dir():
@@ -58,7 +64,7 @@ def plan(
             "(safetensors or GGUF) in it, or pass --models DIR"
         )
         raise ConfigurationError(msg)
-    request = RunRequest(
+    request = with_run_profile(RunRequest(
         image=image,
         command=service.argv(variant),
         environment={"STACKPIN_PROFILE": variant},
@@ -70,7 +76,7 @@ def plan(
         workdir=service.state_dir,
         # The state folder names the run: one service per state folder, and tests find theirs.
         labels={"io.stackpin.profile": variant, "io.stackpin.state": str(state_dir.resolve())},
-    )
+    ), cell, devices=devices)
     inside = service.bootstrap_password().removeprefix(service.state_dir).lstrip("/")
     return ServePlan(
         request=request,

@@ -11,10 +11,11 @@ import dataclasses
 import json
 from pathlib import Path
 
-from stackpin.engine import BindMount, RunRequest, with_run_flags
+from stackpin.engine import BindMount, RunRequest
 from stackpin.lock import write_text_atomic
-from stackpin.matrix import Cell, visibility_environment
+from stackpin.matrix import Cell
 from stackpin.primitives import pretty_json
+from stackpin.runprofile import with_run_profile
 from stackpin.target import Target
 
 IN_CONTAINER_REPORTS = "/stackpin-reports"
@@ -44,10 +45,9 @@ def verify_request(
         mounts=(BindMount(source=out_dir, target=IN_CONTAINER_REPORTS),),
         # The suite needs no network: it builds its tiny model and tokenizer in code.
         network_mode="none",
-        environment={"PYTHONUNBUFFERED": "1", **visibility_environment(cell.platform, cell.run),
-                     **extra},
+        environment={"PYTHONUNBUFFERED": "1", **extra},
     )
-    return with_run_flags(request, cell.run)
+    return with_run_profile(request, cell)
 
 
 def write_verified(target: Target, image_id: str) -> None:

@@ -87,8 +87,8 @@ def test_stackpin_verify_passes_and_writes_reports(cpu_image, cpu_project: Path)
     assert report["image"]["cell"] == CPU_CELL
     assert report["summary"]["required_failed"] == 0
     names = {c["name"] for c in report["checks"] if c["status"] == "pass"}
-    assert {"L0.torch_version", "L5.lora.train", "L6.golden.fp32", "L7.allreduce",
-            "L8.service.chat"} <= names
+    assert {"L0.torch_version", "L5.lora.train", "L5.unsloth_cpu", "L6.golden.fp32",
+            "L7.allreduce", "L8.service.chat"} <= names
     assert (out_dir / "report.xml").read_text().startswith("<?xml")
     assert "verify: stackpin/" in done.stdout
 

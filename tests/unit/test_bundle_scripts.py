@@ -73,6 +73,12 @@ server.serve_forever()
 
 @pytest.fixture
 def site(tmp_path, shipped_cells):
+    return make_site(tmp_path, shipped_cells)
+
+
+def make_site(tmp_path: Path, shipped_cells):  # type: ignore[no-untyped-def]
+    """A signed CPU bundle, the recording docker shim first on PATH, and the site's env:
+    (bundle folder, public key, environment, docker call log)."""
     result, public = export_cpu(tmp_path, shipped_cells)
     shim_dir = tmp_path / "shim"
     shim_dir.mkdir()
@@ -505,27 +511,92 @@ esac
 exit 0
 """
 
-HY_SMI = """#!/bin/bash
+# `fuser /dev/kfd` as psmisc writes it: PIDs on stdout, exit 1 when nothing holds the file.
+# Two calls still see a worker (freed device memory lags exit), the third sees none.
+FUSER = """#!/bin/bash
 n=$(cat "$SHIM_COUNT" 2>/dev/null || echo 0)
 echo $((n + 1)) > "$SHIM_COUNT"
-if [ "$n" -ge 2 ]; then echo 'No KFD PIDs currently running'; else echo 'PID 4242 card0'; fi
+printf '%s\\n' "$*" >> "$SHIM_COUNT.args"
+if [ "$n" -ge 2 ]; then exit 1; fi
+echo "$1:" >&2; echo ' 4242 4243'
 """
 
 
-def test_stop_on_a_dcu_waits_until_hy_smi_lists_no_process(site, tmp_path):
+def _dcu_stop_site(site, tmp_path):  # type: ignore[no-untyped-def]
     out, _public, env, log = site
     shim = tmp_path / "shim"
     (shim / "docker").write_text(STATEFUL_DOCKER)
-    (shim / "hy-smi").write_text(HY_SMI)
-    (shim / "hy-smi").chmod(0o755)
-    count = tmp_path / "count"
-    done = _run(out, "stop.sh", "stable", env={**env, "SHIM_COUNT": str(count),
-                                               "SHIM_GONE": str(tmp_path / "gone"),
-                                               "STACKPIN_STOP_TIMEOUT": "1"})
+    (shim / "fuser").write_text(FUSER)
+    (shim / "fuser").chmod(0o755)
+    conf = out / "bin" / "profiles" / "stable.conf"
+    _rewrite_with_sums(out, "bin/profiles/stable.conf",
+                       conf.read_text().replace("PROFILE_PLATFORM=cpu", "PROFILE_PLATFORM=dtk"))
+    kfd = tmp_path / "kfd"  # stands in for /dev/kfd, which this host lacks
+    kfd.touch()
+    return out, {**env, "SHIM_COUNT": str(tmp_path / "count"), "SHIM_GONE": str(tmp_path / "gone"),
+                 "STACKPIN_STOP_TIMEOUT": "1", "STACKPIN_KFD": str(kfd)}, log
+
+
+def test_stop_on_a_dcu_waits_until_no_process_holds_the_kfd_node(site, tmp_path):
+    out, env, log = _dcu_stop_site(site, tmp_path)
+    done = _run(out, "stop.sh", "stable", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert count.read_text().strip() == "3"  # asked until the card showed no process
-    assert "hy-smi lists no process on the card" in done.stdout
+    assert (tmp_path / "count").read_text().strip() == "3"  # asked until no PID was listed
+    assert (tmp_path / "count.args").read_text().split("\n")[0] == env["STACKPIN_KFD"]
+    assert f"PASS  stop: no process holds {env['STACKPIN_KFD']} (fuser)" in done.stdout
+    # The memory half of the field's rule: said to be undecided, never claimed.
+    assert "WARN  stop: cannot decide whether each card's memory use is back at zero" in done.stdout
     assert "stop --time 1 stackpin_site_stable" in _calls(log)
+
+
+def test_stop_without_fuser_says_it_cannot_decide(site, tmp_path):
+    out, env, _log = _dcu_stop_site(site, tmp_path)
+    (tmp_path / "shim" / "fuser").unlink()
+    bare = {**env, "PATH": f"{tmp_path / 'shim'}:{_without_fuser(tmp_path)}"}
+    done = _run(out, "stop.sh", "stable", env=bare)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "cannot decide whether a process still holds" in done.stdout
+    assert "PASS  stop: no process holds" not in done.stdout
+
+
+def _without_fuser(tmp_path: Path) -> str:
+    """A PATH folder with every tool of /usr/bin and /bin but fuser (psmisc may be here)."""
+    folder = tmp_path / "nofuser"
+    folder.mkdir()
+    for system in (Path("/usr/bin"), Path("/bin")):
+        for tool in system.iterdir():
+            if tool.name != "fuser" and not (folder / tool.name).exists():
+                (folder / tool.name).symlink_to(tool)
+    return str(folder)
+
+
+# Not hy-smi's real format, which no field report shows: a stand-in holding only what the
+# facts say of it, a rocm_smi_lib warning line first, then each HCU (here by card name).
+HY_SMI = """#!/bin/bash
+echo 'WARNING: rocm_smi_lib fallback in use'
+printf '%s\\n' "${SHIM_HY_SMI_LINES:-HCU 0 K100_AI 41C 95W 3%}"
+"""
+
+
+@pytest.mark.parametrize(("cards", "line"), [
+    ("HCU 0 K100_AI 41C 95W 3%", "PASS  accelerator: gfx928 (images built for gfx928)"),
+    ("HCU 0 BW 40C 90W 0%", "FAIL  accelerator: this host has gfx936; the images are built for gfx928"),
+    ("HCU 0 gfx928 41C", "PASS  accelerator: gfx928 (images built for gfx928)"),
+    ("HCU 0 41C 95W 3%", "WARN  accelerator: cannot decide: hy-smi names no gfx target and no card"),
+])
+def test_preflight_matches_the_arch_with_hy_smi_alone(site, tmp_path, cards, line):
+    out, _public, env, _log = site
+    for tool in ("rocminfo", "nvidia-smi"):
+        assert subprocess.run(["bash", "-c", f"command -v {tool}"], env=env,
+                              capture_output=True).returncode != 0, f"{tool} on this host"
+    (tmp_path / "shim" / "hy-smi").write_text(HY_SMI)
+    (tmp_path / "shim" / "hy-smi").chmod(0o755)
+    conf = out / "bin" / "bundle.conf"
+    _rewrite_with_sums(out, "bin/bundle.conf",
+                       conf.read_text().replace("BUNDLE_ARCHES=()", "BUNDLE_ARCHES=(gfx928)"))
+    done = _run(out, "preflight.sh", env={**env, "SHIM_ROOT_DIR": str(tmp_path),
+                                          "SHIM_HY_SMI_LINES": cards})
+    assert line in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("store", ["classic", "containerd"])

@@ -159,7 +159,7 @@ def test_fragment_install_layer():
 
 def test_fragment_guard_quotes_versions_for_the_shell():
     cell = SimpleNamespace(python="cp399", numpy="<2")
-    assert _fragment("guard", cell=cell, prefix="", torch_version="1.0+x y") == (
+    assert _fragment("guard", cell=cell, prefix="", torch_version="1.0+x y", env_script="") == (
         "# Guard: the build fails here, not at the site, when pip installed anything but the pins\n"
         "# (pip check inside, less the requirements the cell drops by name in the matrix).\n"
         "COPY stackpin/ /opt/stackpin/\n"
@@ -179,7 +179,7 @@ def test_fragment_labels_quote_every_value():
 
 
 def test_fragment_runtime_env():
-    text = _fragment("runtime-env", attention="sdpa", runtime_env=[("K", "v w")])
+    text = _fragment("runtime-env", attention="sdpa", runtime_env=[("K", "v w")], env_script="")
     assert text == (
         "# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.\n"
         "ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:"
@@ -214,9 +214,11 @@ def test_final_stage_copies_only_the_environment(shipped_cells):
     assert copies == [
         "COPY --from=install /opt/stackpin /opt/stackpin",
         "COPY verify/ /opt/stackpin/verify/",
+        # the shells' hooks for the env script, staged in the install stage
+        "COPY --from=install /opt/stackpin/etc/ /etc/",
     ]
     assert [line.split()[0] for line in final.splitlines() if line and not line.startswith(("#", " "))] == [
-        "FROM", "COPY", "COPY", "ENV", "LABEL", "ENTRYPOINT", "CMD",
+        "FROM", "COPY", "COPY", "ENV", "COPY", "LABEL", "ENTRYPOINT", "CMD",
     ]
 
 
@@ -235,7 +237,8 @@ def test_enhanced_adds_attention_layer_last(shipped_cells):
 
 def test_entrypoint_sources_dtk_env(shipped_cells):
     entry = _render(shipped_cells[K100_CELL], "stable").files["stackpin/entrypoint.sh"]
-    assert "source /opt/dtk/env.sh" in entry and entry.rstrip().endswith('exec "$@"')
+    assert 'source "$(dirname -- "${BASH_SOURCE[0]}")/env.sh"' in entry and entry.rstrip().endswith('exec "$@"')
+    assert "if [ ! -f /opt/dtk/env.sh ]; then" in entry  # refuses to start without it
     cpu_entry = _render(shipped_cells[CPU_CELL], "stable").files["stackpin/entrypoint.sh"]
     assert "source" not in cpu_entry
 

@@ -91,7 +91,9 @@ def test_dockerfile_gets_expose_healthcheck_and_cmd_from_the_declaration():
                          'health_path = "/up"\n')).dockerfile
     assert "EXPOSE 9999\n" in text
     assert "--start-period=77s" in text
-    assert 'CMD ["python", "/opt/stackpin/healthcheck.py", "http://127.0.0.1:9999/up"]' in text
+    # Through the entrypoint: the check runs where the service runs (env script sourced).
+    assert ('CMD ["/opt/stackpin/entrypoint.sh", "python", "/opt/stackpin/healthcheck.py", '
+            '"http://127.0.0.1:9999/up"]') in text
     assert ('CMD ["python", "/opt/stackpin/serve.py", "--host", "0.0.0.0", "--port", "9999", '
             '"--disable-tools"]') in text
     assert "stackpin_verify" not in text.split("ENTRYPOINT")[1]

@@ -56,6 +56,10 @@ def run(ctx: Context) -> list[CheckResult]:
         ]
     # Last: importing unsloth patches transformers for the rest of the process.
     results.append(run_check("L5.unsloth", functools.partial(check_unsloth, ctx), required=False))
+    from stackpin_verify.level5_cpu import check_unsloth_cpu  # imports this module
+
+    # Required where it runs: the CPU cell declares that unsloth's CPU backend trains.
+    results.append(run_check("L5.unsloth_cpu", functools.partial(check_unsloth_cpu, ctx)))
     return results
 
 
@@ -352,7 +356,7 @@ def check_unsloth(ctx: Context) -> Metrics:
         msg = "unsloth is not installed"
         raise Skip(msg)
     if not ctx.accelerated:
-        msg = "no accelerator: unsloth needs a GPU"
+        msg = "no accelerator: L5.unsloth_cpu trains unsloth's CPU backend"
         raise Skip(msg)
     session = lora_session(ctx)
     with tempfile.TemporaryDirectory(prefix="stackpin-verify-") as tmp:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stackpin.bundle.format import FORMAT_VERSION, BundleImage, StreamStats
-from stackpin.matrix import RunFlags, visibility_environment
+from stackpin.matrix import visibility_variable
 
 
 def docker_run_args(run: Mapping[str, Any]) -> list[str]:
@@ -21,6 +21,7 @@ def docker_run_args(run: Mapping[str, Any]) -> list[str]:
     args += [f"--volume={v}" for v in run.get("volumes", ())]
     args += [f"--cap-add={c}" for c in run.get("cap_add", ())]
     args += [f"--security-opt={s}" for s in run.get("security_opt", ())]
+    args += [f"--ulimit={u}" for u in run.get("ulimits", ())]
     for key, option in (("shm_size", "--shm-size"), ("gpus", "--gpus"), ("ipc", "--ipc")):
         if run.get(key):
             args.append(f"{option}={run[key]}")
@@ -66,9 +67,10 @@ def profile_conf(image: BundleImage) -> str:
     text += shell_assign("PROFILE_IMAGE_IDS", list(image.load_ids))
     text += shell_assign("PROFILE_IMAGE_TAG", image.tags[0])
     text += shell_assign("PROFILE_PORT", image.port)
-    env = [f"--env={k}={v}" for k, v in sorted(visibility_environment(
-        image.platform, RunFlags(visible_devices=image.run.get("visible_devices", ""))).items())]
-    text += shell_assign("PROFILE_RUN_ARGS", docker_run_args(image.run) + env)
+    text += shell_assign("PROFILE_RUN_ARGS", docker_run_args(image.run))
+    # The cards: start.sh --devices chooses them at the site; the cell's list is the default.
+    text += shell_assign("PROFILE_VISIBILITY_ENV", visibility_variable(image.platform))
+    text += shell_assign("PROFILE_VISIBLE_DEVICES", str(image.run.get("visible_devices", "")))
     if image.service is not None:
         text += service_conf(image.service)
     return text

@@ -26,16 +26,21 @@ from stackpin.target import resolve
               help="State folder (accounts, chats, runs); default build/state/CELL-VARIANT.")
 @click.option("--timeout", "timeout_s", type=click.IntRange(1), default=None,
               help="Seconds to wait for a healthy answer (default: the cell's ready_timeout).")
+@click.option("--devices", default=None, metavar="LIST",
+              help="Cards the service may use, e.g. 0,1 (HIP_VISIBLE_DEVICES on DTK/ROCm, "
+                   "CUDA_VISIBLE_DEVICES on CUDA); default: the cell's [run] visible_devices.")
 @json_option
 def command(cell_id: str, variant: Variant, port: int | None, models_dir: Path,
-            state_dir: Path | None, timeout_s: int | None, as_json: bool) -> None:
+            state_dir: Path | None, timeout_s: int | None, devices: str | None,
+            as_json: bool) -> None:
     """Serve CELL's service from its built image until Ctrl-C, on 127.0.0.1 only.
 
     Waits until the health path answers healthy, prints the URL and where the first-login
     password was written, then keeps the service in the foreground; Ctrl-C stops and
     removes its container. Exit 3 for a missing models folder or a cell without a
     service, 6 when the service exits or is not healthy in time, 8 for a taken port or an
-    image that is not built. With --json, the only output is one JSON line once healthy
+    image that is not built. The cell's run profile (device nodes, shm, ulimits) is applied
+    as by the bundle's bin/start.sh. With --json, the only output is one JSON line once healthy
     (url, health_url, port, password_file or null, container, image, state_dir, models_dir).
     """
     layout = project_layout()
@@ -43,7 +48,7 @@ def command(cell_id: str, variant: Variant, port: int | None, models_dir: Path,
     cell, image = target.cell, target.tags[0]
     state = state_dir or layout.build / "state" / target.name
     serve = plan(cell, variant, image=image, state_dir=state, models_dir=models_dir,
-                 port=port, timeout_s=timeout_s)
+                 port=port, timeout_s=timeout_s, devices=devices)
     require_free_port(next(iter(serve.request.ports.values())))
     state.mkdir(parents=True, exist_ok=True)
     with DockerEngine.connect() as engine:

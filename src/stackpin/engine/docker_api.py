@@ -25,6 +25,7 @@ from typing import IO, Any, Concatenate, ParamSpec, TypeVar
 
 import docker
 import docker.errors
+import docker.types
 import docker.utils
 import requests
 
@@ -86,7 +87,16 @@ def host_config_kwargs(request: types.RunRequest) -> dict[str, Any]:
     kwargs.update({k: v for k, v in optional.items() if v})
     if request.gpus:
         kwargs["device_requests"] = [gpu_device_request(request.gpus)]
+    if request.ulimits:
+        kwargs["ulimits"] = [ulimit(text) for text in request.ulimits]
     return kwargs
+
+
+def ulimit(text: str) -> docker.types.Ulimit:
+    """``--ulimit`` semantics: NAME=SOFT[:HARD], the hard limit the soft one when absent."""
+    name, _, limits = text.partition("=")
+    soft, _, hard = limits.partition(":")
+    return docker.types.Ulimit(name=name, soft=int(soft), hard=int(hard or soft))
 
 
 def gpu_device_request(gpus: str) -> dict[str, Any]:

@@ -67,6 +67,7 @@ class RunRequest:
     ipc_mode: str = ""
     cap_add: tuple[str, ...] = ()
     security_opt: tuple[str, ...] = ()
+    ulimits: tuple[str, ...] = ()  # "memlock=-1:-1", as docker --ulimit and the cell write them
     network_mode: str = ""
     ports: Mapping[int, int] = field(default_factory=dict)  # container port -> 127.0.0.1 port
     user: str = ""
@@ -231,6 +232,7 @@ def with_run_flags(request: RunRequest, flags: RunFlags) -> RunRequest:
         ipc_mode=flags.ipc or request.ipc_mode,
         cap_add=request.cap_add + flags.cap_add,
         security_opt=request.security_opt + flags.security_opt,
+        ulimits=request.ulimits + flags.ulimits,
     )
 
 

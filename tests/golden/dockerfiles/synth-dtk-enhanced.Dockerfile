@@ -43,6 +43,12 @@ RUN source /opt/dtk/env.sh && /opt/stackpin/venv/bin/python /opt/stackpin/guard.
         --boundary /opt/stackpin/image.json \
         --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache /tmp/*
+# Every shell sources the env script: the base's /etc/bash.bashrc plus one line, and a
+# profile.d entry, staged here for the final stage to copy (it runs no step of its own).
+RUN source /opt/dtk/env.sh && mkdir -p /opt/stackpin/etc/profile.d \
+    && cp /opt/stackpin/env.sh /opt/stackpin/etc/profile.d/stackpin-env.sh \
+    && { cat /etc/bash.bashrc 2>/dev/null || true; \
+         echo '[ -r /opt/stackpin/env.sh ] && . /opt/stackpin/env.sh'; } > /opt/stackpin/etc/bash.bashrc
 
 # ---- final stage: the base plus the finished environment, no wheel or cache ---------
 FROM registry.example.invalid/dtk:99.01
@@ -53,9 +59,14 @@ ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin
     VIRTUAL_ENV=/opt/stackpin/venv \
     PYTHONPATH=/opt/stackpin/verify \
     STACKPIN_ATTENTION=flash_attn \
+    BASH_ENV=/opt/stackpin/env.sh \
+    ENV=/opt/stackpin/env.sh \
     HF_HUB_OFFLINE="1" \
     QUOTED="a \"b\" \$c" \
     UNSLOTH_DISABLE_BITSANDBYTES="1"
+# Login and interactive shells (`docker exec -it ... bash`) read neither BASH_ENV nor ENV:
+# /etc/profile.d and the base's /etc/bash.bashrc source the env script (made in the install stage).
+COPY --from=install /opt/stackpin/etc/ /etc/
 LABEL \
       io.stackpin.attention="flash_attn" \
       io.stackpin.cell="synth-dtk" \

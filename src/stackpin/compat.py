@@ -1,0 +1,93 @@
+"""Compatibility shims, declared per cell: small bridges over named upstream defects.
+
+A shim is data in the cell (``[cells.X.compat.<id>]``: the defect in one line, the
+distribution and exact version it was written for, the module whose import applies it) and
+one file, templates/compat/<id>.py, that lands in the image as /opt/stackpin/compat/<id>.py
+beside the hook that applies it (templates/compat/hook.py, started by a .pth file in every
+interpreter). A shim is tied to the version it bridges: when the cell pins another version,
+``matrix check`` asks whether the defect is still there instead of shipping the bridge blind.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stackpin.declared import doc
+from stackpin.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from stackpin.matrix import Cell
+
+SHIM_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+IN_IMAGE = "/opt/stackpin/compat"
+PTH_NAME = "stackpin-compat.pth"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compat:
+    """One compatibility shim: /opt/stackpin/compat/<id>.py, applied when ``module`` loads."""
+
+    id: str = field(metadata=doc("Shim id (the table key): templates/compat/<id>.py.",
+                                 from_key=True))
+    defect: str = field(metadata=doc("One line: the upstream defect the shim bridges."))
+    dist: str = field(metadata=doc("The distribution that carries the defect, e.g. trl."))
+    version: str = field(
+        metadata=doc("The exact version it was written for; the cell's stack must pin it.")
+    )
+    module: str = field(metadata=doc("The module whose import applies the shim."))
+
+
+def compat_problems(cell: Cell) -> list[tuple[str, str]]:
+    """(key under the cell, message) for each shim that does not fit its cell."""
+    problems: list[tuple[str, str]] = []
+    pins = {_normal(name): version for name, version in cell.stack.items()}
+    for shim in cell.compat.values():
+        where = f"compat.{shim.id}"
+        if not SHIM_ID.fullmatch(shim.id):
+            problems.append((where, "a shim id is lower-case words joined by '-'"))
+        if not MODULE.fullmatch(shim.module):
+            problems.append((f"{where}.module", "a dotted module name such as trl.trainer"))
+        pinned = pins.get(_normal(shim.dist))
+        if pinned != shim.version:
+            problems.append((f"{where}.version", (
+                f"the shim bridges {shim.dist} {shim.version}, the cell pins "
+                f"{shim.dist} {pinned or 'nothing'}: check whether the defect is still there, "
+                "then set version to the pin or remove the shim")))
+    return problems
+
+
+def compat_files(cell: Cell, templates_dir: Path) -> dict[str, str]:
+    """The build context files of a cell's shims (empty without any), under stackpin/.
+
+    The .pth file goes into the venv's site-packages (the install stage copies stackpin/
+    over /opt/stackpin), so every interpreter of the image starts the hook.
+    """
+    if not cell.compat:
+        return {}
+    files = {"stackpin/compat/hook.py": _template(templates_dir, "hook")}
+    for shim_id in sorted(cell.compat):
+        files[f"stackpin/compat/{shim_id}.py"] = _template(templates_dir, shim_id)
+    shims = {s.id: {"defect": s.defect, "dist": s.dist, "version": s.version,
+                    "module": s.module} for s in cell.compat.values()}
+    files["stackpin/compat/shims.json"] = json.dumps(shims, indent=2, sort_keys=True) + "\n"
+    python = f"{cell.python[2]}.{cell.python[3:]}"  # cp311 -> 3.11
+    site = f"stackpin/venv/lib/python{python}/site-packages/{PTH_NAME}"
+    files[site] = f"import runpy; runpy.run_path('{IN_IMAGE}/hook.py')\n"
+    return files
+
+
+def _template(templates_dir: Path, name: str) -> str:
+    path = templates_dir / "compat" / f"{name}.py"
+    if not path.is_file():
+        msg = f"compat shim '{name}' has no file {path}: add it, or remove the shim from the cell"
+        raise ConfigurationError(msg)
+    return path.read_text(encoding="utf-8")
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()

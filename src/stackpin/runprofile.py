@@ -1,0 +1,43 @@
+"""The run profile of a cell: the container settings the field runs its images with.
+
+Declared once, in the cell's ``[run]`` table (``stackpin.matrix.RunFlags``): device nodes,
+groups, mounts, shared memory, ulimits and the card-visibility variable. `stackpin serve`
+and `stackpin verify` apply it to their RunRequest here; the bundle's bin/start.sh and
+bin/verify.sh read the same table as docker options from bin/profiles/<profile>.conf
+(``stackpin.bundle.siteconf``). A site chooses its cards at run time (``--devices 0,1``):
+the cell's ``visible_devices`` is only the default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from stackpin.engine.types import RunRequest, with_run_flags
+from stackpin.errors import ConfigurationError
+from stackpin.matrix import Cell, visibility_environment, visibility_variable
+from stackpin.matrix_safety import VISIBLE
+
+
+def chosen_devices(cell: Cell, devices: str | None) -> str:
+    """The cards a run may use: the site's choice, else the cell's default ("" = all).
+
+    A choice on a platform without cards, or one that is not a card list, is refused
+    before anything runs (bin/start.sh applies the same rule in bash).
+    """
+    if devices is None:
+        return cell.run.visible_devices
+    if not visibility_variable(cell.platform):
+        msg = f"--devices {devices}: cell {cell.id} runs on cpu and has no cards to choose"
+        raise ConfigurationError(msg + "; leave --devices out")
+    if not VISIBLE.fullmatch(devices):
+        msg = f"--devices '{devices}' is not a card list: give indices such as 0,1"
+        raise ConfigurationError(msg)
+    return devices
+
+
+def with_run_profile(request: RunRequest, cell: Cell, *, devices: str | None = None) -> RunRequest:
+    """The request plus the cell's run profile, the visibility variable set to the cards
+    chosen (``chosen_devices``)."""
+    run = replace(cell.run, visible_devices=chosen_devices(cell, devices))
+    environment = {**request.environment, **visibility_environment(cell.platform, run)}
+    return replace(with_run_flags(request, run), environment=environment)
