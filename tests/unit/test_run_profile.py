@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CPU_CELL = "cpu-bookworm-torch2130-py311"
 ACCELERATOR_CELLS = ["dtk2404-torch210-py310", "dtk2604-k100-torch290-py310",
                      "dtk2604-bw-torch2100-py310", "rocm64-gfx942-torch280-py312",
-                     "cuda128-sm90-torch280-py312"]
+                     "cuda130-sm90-torch2110-py311"]
 
 
 @pytest.fixture
