@@ -30,7 +30,9 @@ pytestmark = pytest.mark.docker
 
 STACKPIN = [sys.executable, "-m", "stackpin.cli.main"]
 # stackpin.cli.progress.ByteProgress's plain line: "verify: 12/700 MiB (2%), 50.0 MiB/s, ..."
-PROGRESS_LINE = re.compile(r"(verify|load): \d+/\d+ MiB \(\d+%\), [0-9.]+ MiB/s.*")
+# (the rate and ETA only once they mean something, an estimated total as "~700").
+PROGRESS_LINE = re.compile(
+    r"(verify|load): \d+/~?\d+ MiB \(\d+%\)(, [0-9.]+ MiB/s(, ETA ~?\d+ s)?)?( in \d+ s)?")
 
 
 def _stackpin(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
