@@ -10,7 +10,8 @@ from stackpin_verify.level0 import judge_torch_runtime, judge_torch_version
 
 def test_pypi_cuda_torch_passes_with_its_runtime_label() -> None:
     assert judge_torch_version("2.11.0", "2.11.0") is None
-    assert judge_torch_runtime("2.11.0+cu130", "2.11.0") is None
+    assert judge_torch_runtime("2.11.0+cu130", "2.11.0", "2.11.0") is None
+    assert judge_torch_runtime("2.13.0+cpu", "2.13.0+cpu", "2.13.0+cpu") is None
 
 
 def test_a_generic_torch_in_place_of_the_vendor_build_still_fails() -> None:
@@ -20,8 +21,16 @@ def test_a_generic_torch_in_place_of_the_vendor_build_still_fails() -> None:
 
 def test_an_imported_torch_of_another_release_fails() -> None:
     # A torch on sys.path ahead of the installed one (PYTHONPATH, a stray folder).
-    assert judge_torch_runtime("2.10.0+cu128", "2.11.0") == (
-        "the imported torch is 2.10.0+cu128, the installed distribution 2.11.0")
+    reason = judge_torch_runtime("2.10.0+cu128", "2.11.0", "2.11.0")
+    assert reason is not None and reason.startswith("torch 2.10.0+cu128 differs from the pin")
+
+
+def test_a_runtime_label_changed_under_a_labelled_build_fails() -> None:
+    # The fault image's torch: version.py edited to +cu121 while its metadata says +cpu.
+    reason = judge_torch_runtime("2.13.0+cu121", "2.13.0+cpu", "2.13.0+cpu")
+    assert reason is not None and "local label 'cu121' vs pinned 'cpu'" in reason
+    # Nor may an unlabelled build add a label to another release.
+    assert judge_torch_runtime("2.12.0+cu130", "2.11.0", "2.11.0") is not None
 
 
 def test_no_device_on_purpose_is_unsupported_never_a_pass(monkeypatch) -> None:

@@ -150,13 +150,17 @@ def judge_torch_version(actual: str, pinned: str) -> str | None:
     )
 
 
-def judge_torch_runtime(runtime: str, installed: str) -> str | None:
-    """The imported torch must be the installed distribution's release. PyPI's CUDA builds
-    say ``2.11.0+cu130`` at run time while their metadata says ``2.11.0``, so only the
-    public part is compared here; the exact check is on the metadata."""
-    if runtime.partition("+")[0] == installed.partition("+")[0]:
+def judge_torch_runtime(runtime: str, installed: str, pinned: str) -> str | None:
+    """The imported torch must be the installed distribution. One difference is allowed:
+    PyPI's CUDA builds carry no local label in their metadata (``2.11.0``) and add one at
+    run time (``2.11.0+cu130``). A build whose metadata has a label must report exactly it,
+    so a torch whose runtime label was changed (``+cu121`` under a ``+cpu`` pin) fails."""
+    if runtime == installed:
         return None
-    return f"the imported torch is {runtime}, the installed distribution {installed}"
+    if "+" not in installed and runtime.partition("+")[0] == installed:
+        return None
+    return judge_torch_version(runtime, pinned) or (
+        f"the imported torch is {runtime}, the installed distribution {installed}")
 
 
 def check_torch_version(ctx: Context) -> Metrics:
@@ -167,7 +171,8 @@ def check_torch_version(ctx: Context) -> Metrics:
         msg = "no torch pin in image info"
         raise Skip(msg)
     metrics: Metrics = {"actual": actual, "runtime": runtime, "pinned": pinned}
-    require(judge_torch_version(actual, pinned) or judge_torch_runtime(runtime, actual), metrics)
+    reason = judge_torch_version(actual, pinned) or judge_torch_runtime(runtime, actual, pinned)
+    require(reason, metrics)
     return metrics
 
 
