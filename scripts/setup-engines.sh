@@ -15,6 +15,8 @@
 set -euo pipefail
 
 say() { printf 'engines: %s\n' "$*"; }
+# shellcheck source=scripts/sid-unpack.sh
+. "$(dirname "$0")/sid-unpack.sh"
 
 HOME_DIR=${STACKPIN_ENGINES_HOME:-/opt/stackpin-engines}   # binaries (kept between runs)
 STATE_DIR=${STACKPIN_ENGINES_STATE:-/var/lib/stackpin-engines}  # data-roots
@@ -43,21 +45,10 @@ for tool in apt-get dpkg ip nsenter runc; do
 done
 
 fetch_packages() {
-    local apt=$HOME_DIR/apt
-    mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/debs"
-    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]" \
-        "http://deb.debian.org/debian sid main" >"$apt/sources.list"
-    local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
-                -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache"
-                -o Dir::State::Status=/dev/null -o APT::Sandbox::User=root)
-    apt-get "${opts[@]}" -qq update >/dev/null
-    (cd "$apt/debs" && apt-get "${opts[@]}" -qq download "${PACKAGES[@]}" >/dev/null) || {
+    sid_unpack "$HOME_DIR/apt" "$ROOT" "${PACKAGES[@]}" || {
         say "sid no longer serves ${PACKAGES[*]}: update PACKAGES in $0 to what it serves"
         exit 8
     }
-    rm -rf "$ROOT.partial"
-    for deb in "$apt"/debs/*.deb; do dpkg -x "$deb" "$ROOT.partial"; done
-    rm -rf "$ROOT" && mv "$ROOT.partial" "$ROOT"
     printf '%s\n' "${PACKAGES[@]}" >"$HOME_DIR/packages"
 }
 
