@@ -119,9 +119,6 @@ def attention_module(cell: Cell, variant: Variant) -> str:
     return ATTENTION_MODULES.get(dist, dist.replace("-", "_"))
 
 
-def _attention(cell: Cell, variant: Variant) -> str:
-    return attention_module(cell, variant)
-
 
 def image_labels(req: RenderRequest) -> dict[str, str]:
     cell, lock = req.cell, req.lock
@@ -136,7 +133,7 @@ def image_labels(req: RenderRequest) -> dict[str, str]:
         target.LABEL_CELL: cell.id,
         target.LABEL_VARIANT: req.variant,
         f"{LABEL_PREFIX}.platform": cell.platform,
-        f"{LABEL_PREFIX}.attention": _attention(cell, req.variant),
+        f"{LABEL_PREFIX}.attention": attention_module(cell, req.variant),
         target.LABEL_LOCK_DIGEST: lock_digest,
         target.LABEL_SOURCE_DATE_EPOCH: str(cell.source_date_epoch),
         target.LABEL_VERSION: req.stackpin_version,
@@ -169,7 +166,7 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
         "pins": dict(sorted(pins.items())),
         "bitsandbytes": cell.bitsandbytes,
         "env_script": cell.env_script,
-        "attention": _attention(cell, req.variant),
+        "attention": attention_module(cell, req.variant),
         "imports": declared_imports(cell, req.variant, pins),
         # The vendor boundary, checked by the build guard and by verify L0 in the image.
         "provided": {name: {"version": p.version, "by": p.by}
@@ -318,7 +315,7 @@ def template_context(
             {"group": g, "title": _LAYER_TEXT[g][0], "why": _LAYER_TEXT[g][1]} for g in groups
         ],
         "torch_version": torch_version(cell),
-        "attention": _attention(cell, variant),
+        "attention": attention_module(cell, variant),
         "runtime_env": runtime_env(cell),
         "service": service_info(cell.service, variant) if cell.service else None,
         "labels": sorted(labels.items()),

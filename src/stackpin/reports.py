@@ -251,8 +251,8 @@ def parse_report(source: str, data_text: str | bytes) -> Row:
 # What a report ran on: the built image; the cell's lock installed on a device host without
 # the image (scripts/gpu/replay-lock.sh); or a host's own packages with image info written
 # by hand (their lock digest says "none: ..."). Rows of different kinds never merge.
-RUN_KINDS = ("image", "lock replayed on device", "host stack")
 _KIND_SUFFIX = {"image": "", "lock replayed on device": "~replay", "host stack": "~host"}
+RUN_KINDS = tuple(_KIND_SUFFIX)
 
 
 def run_kind(image: Mapping[str, Any], source: str) -> str:

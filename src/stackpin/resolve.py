@@ -114,8 +114,9 @@ def resolution_key(cell: Cell) -> str:
         "excluded": sorted(cell.excluded), "dropped": sorted(
             (d.of, d.requirement) for d in cell.dropped),
     }
-    if index_extras(cell):  # absent when none, so cells without extras keep their keys
-        inputs["extras"] = {n: list(e) for n, e in sorted(index_extras(cell).items())}
+    extras = index_extras(cell)
+    if extras:  # absent when none, so cells without extras keep their keys
+        inputs["extras"] = {n: list(e) for n, e in sorted(extras.items())}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -130,6 +131,11 @@ def index_pins(cell: Cell) -> dict[str, str]:
             parts = wheel.filename.split("-")
             out[canon(parts[0])] = parts[1]
     return out
+
+
+def _pinned(cell: Cell) -> dict[str, str]:
+    """What the resolution starts from: the stack pins and the index-source wheels."""
+    return {canon(n): v for n, v in cell.stack.items()} | index_pins(cell)
 
 
 def index_extras(cell: Cell) -> dict[str, tuple[str, ...]]:
@@ -149,8 +155,7 @@ def attention_only(cell: Cell, closure: tuple[Resolved, ...]) -> set[str]:
     attention = canon(cell.attention.filename.split("-")[0])
     graph = {r.name: DistMeta(name=r.name, version=r.version, requires=r.requires)
              for r in closure if r.name != attention}
-    pinned = {canon(n): v for n, v in cell.stack.items()} | index_pins(cell)
-    roots = [n for n in _roots(cell, pinned) if n != attention]
+    roots = [n for n in _roots(cell, _pinned(cell)) if n != attention]
     stable = boundary.reachable(graph, roots, boundary.marker_environment(cell),
                                 boundary.dropped_edges(cell), root_extras=index_extras(cell))
     return {r.name for r in closure} - set(stable)
@@ -179,7 +184,7 @@ def resolve_cell(cell: Cell, pip: Pip, *, use_cache: bool = True) -> Resolution:
 
 
 def _resolve(cell: Cell, pip: Pip, key: str, work: Path) -> Resolution:
-    pinned = {canon(n): v for n, v in cell.stack.items()} | index_pins(cell)
+    pinned = _pinned(cell)
     metadata = {m.name: m for m in _report_items(
         _run_report(cell, pip, work, "pins", [f"{n}=={v}" for n, v in sorted(pinned.items())],
                     deps=False))}

@@ -149,3 +149,14 @@ def test_declared_imports_follow_the_pins(cuda) -> None:
     assert declared_imports(cuda_cell, Variant.STABLE, {"torch": "1"}) == ["torch"]
     assert declared_imports(cuda_cell, Variant.ENHANCED, {"torch": "1", "unsloth": "2"}) == [
         "torch", "unsloth", "flash_attn.cute"]
+
+
+def test_the_attention_table_is_the_same_on_both_sides_of_the_image():
+    # render writes the module an attention distribution is imported as into image.json;
+    # verify/ (which never imports stackpin) finds the package by the same pairs.
+    import verify_helpers  # noqa: F401 - puts verify/ on the path
+
+    from stackpin.render import ATTENTION_MODULES
+    from stackpin_verify.attn_package import CANDIDATES
+
+    assert {dist: module for dist, module, _title in CANDIDATES} == ATTENTION_MODULES

@@ -22,11 +22,7 @@ from stackpin_verify.context import Context
 _CPU_FALLBACK = {"UNSLOTH_DISABLE_CPU_FALLBACK": "0"}
 _TIMEOUT_S = 600  # unsloth's first import compiles nothing but scans a large tree
 
-_PROBE = """\
-import importlib, json, sys
-module = importlib.import_module(sys.argv[1])
-print(json.dumps({"file": getattr(module, "__file__", None) or ""}))
-"""
+_PROBE = "import importlib, sys; importlib.import_module(sys.argv[1])"
 
 
 def import_env(environ: Mapping[str, str], *, accelerated: bool) -> dict[str, str]:

@@ -351,6 +351,14 @@ def check_full_step(ctx: Context) -> Metrics:
     return metrics
 
 
+def save_tiny_base(ctx: Context, session: LoraSession, folder: str) -> None:
+    """The session's untrained tiny model and tokenizer as a model folder, what a loader
+    (unsloth's, Studio's) reads from disk."""
+    base = tinylm.build_model(session.config, dtype=ctx.train_dtype(), device=ctx.device)
+    base.save_pretrained(folder)
+    session.tokenizer.save_pretrained(folder)
+
+
 def check_unsloth(ctx: Context) -> Metrics:
     if importlib.util.find_spec("unsloth") is None:
         msg = "unsloth is not installed"
@@ -360,9 +368,7 @@ def check_unsloth(ctx: Context) -> Metrics:
         raise Skip(msg)
     session = lora_session(ctx)
     with tempfile.TemporaryDirectory(prefix="stackpin-verify-") as tmp:
-        base = tinylm.build_model(session.config, dtype=ctx.train_dtype(), device=ctx.device)
-        base.save_pretrained(tmp)
-        session.tokenizer.save_pretrained(tmp)
+        save_tiny_base(ctx, session, tmp)
         model = _unsloth_lora(ctx, tmp)
     trace = training.train_steps(model, session.batch, steps=LORA_STEPS, lr=LORA_LR)
     metrics = trace_metrics(trace, tinylm.trainable_params(model))

@@ -19,7 +19,13 @@ from typing import Any
 from stackpin_verify import tinylm, training
 from stackpin_verify.checks import CheckFailed, Metrics, Skip, require
 from stackpin_verify.context import Context
-from stackpin_verify.level5 import LORA_LR, LORA_STEPS, lora_session, trace_metrics
+from stackpin_verify.level5 import (
+    LORA_LR,
+    LORA_STEPS,
+    lora_session,
+    save_tiny_base,
+    trace_metrics,
+)
 
 
 def check_unsloth_cpu(ctx: Context) -> Metrics:
@@ -34,9 +40,7 @@ def check_unsloth_cpu(ctx: Context) -> Metrics:
         raise Skip(msg)
     session = lora_session(ctx)
     with tempfile.TemporaryDirectory(prefix="stackpin-verify-") as tmp:
-        base = tinylm.build_model(session.config, dtype=ctx.train_dtype(), device=ctx.device)
-        base.save_pretrained(tmp)
-        session.tokenizer.save_pretrained(tmp)
+        save_tiny_base(ctx, session, tmp)
         model, resolved = _cpu_lora(ctx, tmp)
     if resolved != [tmp]:
         msg = f"on_model_resolved was called with {resolved}, not once with the model folder"
