@@ -132,8 +132,8 @@ def test_torch_is_the_cuda_13_build_and_image_json_names_the_variant(host):
 def test_no_wheel_pip_cache_apt_list_or_build_leftover(host):
     _variant, box = host
     assert box.check_output(
-        "find / -xdev \\( -name '*.whl' -not -path '/usr/share/python-wheels/*' \\) "
-        "-o -path /root/.cache -o -path '/tmp/*' -print") == ""
+        "find / -xdev \\( \\( -name '*.whl' -not -path '/usr/share/python-wheels/*' \\) "
+        "-o -path /root/.cache -o -path '/tmp/*' \\) -print") == ""
     assert box.check_output("find /var/lib/apt/lists -type f ! -name lock") == ""
 
 
