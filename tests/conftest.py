@@ -64,7 +64,7 @@ def checkout_copy(dest: Path, *, wheels_from: Path = ROOT) -> Path:
         shutil.copytree(ROOT / ".git", dest / ".git", symlinks=True)
     else:  # a `git worktree` checkout: .git is a file naming the shared git dir
         shutil.copy2(ROOT / ".git", dest / ".git")
-    for folder in (f"wheels/{CPU_CELL}", "wheels/vendor"):
+    for folder in (f"wheels/{CPU_CELL}", "wheels/vendor", "wheels/tools"):
         if (wheels_from / folder).is_dir():
             shutil.copytree(wheels_from / folder, dest / folder, copy_function=_link_new,
                             dirs_exist_ok=True)

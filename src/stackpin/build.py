@@ -37,6 +37,7 @@ from stackpin.matrix import Cell, Variant, pinned_wheels
 from stackpin.normalize import NormalizeRequest, normalize_image
 from stackpin.primitives import pretty_json
 from stackpin.render import Rendered, RenderRequest, layer_groups, render
+from stackpin.tools import load_installer, require_installer
 from stackpin.target import LABEL_CONTEXT_DIGEST, LABEL_DOCKERFILE_SHA256, Layout, Target
 from stackpin.wheelhouse import require_complete
 
@@ -66,6 +67,7 @@ def preflight(target: Target) -> None:
     """What must hold before Docker does any work, given a vetted cell and a current lock:
     a complete lock and a wheelhouse identical to it."""
     require_complete(target.lock, target.cell, target.layout.root)
+    require_installer(load_installer(target.layout.root), target.layout.root)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +103,7 @@ def plan(target: Target, *, no_cache: bool, provenance: dict[str, str],
         RenderRequest(
             cell=cell, variant=target.variant, lock=lock,
             templates_dir=target.layout.templates, stackpin_version=__version__,
-            builder=builder.builder,
+            builder=builder.builder, installer=load_installer(target.layout.root),
         )
     )
     made = {
@@ -121,7 +123,8 @@ def plan(target: Target, *, no_cache: bool, provenance: dict[str, str],
         source_date_epoch=cell.source_date_epoch,
         log_path=target.log_path,
         builder=builder.builder,
-        rewrite_timestamps=builder.native_timestamps,
+        rewrite_timestamps=builder.rewrite_timestamps,
+        native_timestamps=builder.native_timestamps,
     )
     return BuildPlan(target=target, rendered=rendered, request=request)
 
@@ -130,6 +133,7 @@ def stage(plan_: BuildPlan, root: Path) -> None:
     stage_context(
         plan_.rendered, plan_.lock, root=root, folder=plan_.context_dir,
         groups=layer_groups(plan_.cell, plan_.variant),
+        tools=(load_installer(root).path(root),),
     )
 
 

@@ -11,6 +11,7 @@ from stackpin.cli.common import cell_argument, output_folder, project_layout, va
 from stackpin.context import write_rendered
 from stackpin.engine.builders import Builder
 from stackpin.render import Rendered, RenderRequest, render
+from stackpin.tools import load_installer
 from stackpin.target import Layout, load_cell, optional_lock, selected_variants
 
 
@@ -27,6 +28,7 @@ def render_cell(cell_id: str, variant: str, layout: Layout, *,
             templates_dir=layout.templates,
             stackpin_version=__version__,
             builder=builder,
+            installer=load_installer(layout.root),
         )
     )
 

@@ -11,6 +11,7 @@ from stackpin.lock import lock_path, relock
 from stackpin.render import base_reference
 from stackpin.resolve import Pip
 from stackpin.target import current_lock, load_cell
+from stackpin.tools import fetch_installer, load_installer
 from stackpin.wheelhouse import fetch, verify_wheelhouse
 
 
@@ -41,6 +42,8 @@ def fetch_cmd(cell_id: str, verbose: bool, as_json: bool) -> None:
 
     lock, new = relock(cell, root, Pip(on_line=show), base_reference=base_reference(cell))
     result = fetch(cell, root, lock, on_line=show)
+    # The installer every build runs: pinned apart from the lock, fetched with the wheels.
+    fetch_installer(load_installer(root), root, on_line=show)
     path = lock_path(root, cell.id)
     if as_json:
         echo_json({"cell": cell.id, "mode": "resolved" if new else "locked",

@@ -58,7 +58,8 @@ ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin
     QUOTED="a \"b\" \$c" \
     UNSLOTH_DISABLE_BITSANDBYTES="1"
 # Login and interactive shells (`docker exec -it ... bash`) read neither BASH_ENV nor ENV:
-# /etc/profile.d and the base's /etc/bash.bashrc source the env script (made in the install stage).
+# /etc/profile.d and the base's /etc/bash.bashrc source the env script (made in the install
+# stage; BuildKit's one stage puts them in place in its guard step).
 COPY --from=install /opt/stackpin/etc/ /etc/
 LABEL \
       io.stackpin.attention="sdpa" \
