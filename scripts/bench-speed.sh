@@ -10,7 +10,7 @@
 #      `stackpin bundle load` against `zstd -dc images.tar.zst | docker load`, each into a
 #      store without the image (removed before every load), rounds alternating the order
 #      (BENCH_LOAD_ROUNDS, default 2);
-#   4. warm rebuild after one stack pin change (trl 0.23.1 -> 0.23.0, locked and fetched
+#   4. warm rebuild after one stack pin change (python-docx 1.2.0 -> 1.1.2, locked and fetched
 #      before any timing), each on the cache its cold builds left: stackpin build against
 #      the hand-written Dockerfile in the changed context (one round: a second would be
 #      cached whole).
@@ -71,9 +71,12 @@ project "$work/a"
 # The code under test is the clone's (HEAD), not the worktree's editable install, so edits
 # made while the benchmark runs never reach it.
 export PYTHONPATH=$work/a/src
-cp -al "$work/a" "$work/pin"  # files are replaced, never written through, below
-sed -i 's/^trl = "0.23.1"/trl = "0.23.0"/' "$work/pin/pinning/cpu.toml"
-(cd "$work/pin" && "$sp" lock "$bench" >>"$work/log" 2>&1 && "$sp" wheels fetch "$bench" >>"$work/log" 2>&1)
+if [ "${BENCH_WARM:-1}" != 0 ]; then  # the one-pin change: a leaf of the stack, no shim on it
+    cp -al "$work/a" "$work/pin"  # files are replaced, never written through, below
+    sed -i 's/^python-docx = "1.2.0"/python-docx = "1.1.2"/' "$work/pin/pinning/cpu.toml"
+    grep -q '^python-docx = "1.1.2"' "$work/pin/pinning/cpu.toml"
+    (cd "$work/pin" && "$sp" lock "$bench" >>"$work/log" 2>&1 && "$sp" wheels fetch "$bench" >>"$work/log" 2>&1)
+fi
 hand() {  # hand PROJECT TAG [--no-cache]: the pip yardstick
     yardstick bench-handwritten.Dockerfile "$@"
 }
@@ -99,7 +102,10 @@ while IFS== read -r name host; do
     case " ${BENCH_ENGINES:-$name} " in *" $name "*) ;; *) continue ;; esac
     export DOCKER_HOST=$host
     store=$("$sp" doctor --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["store"])')
-    for p in a pin; do (cd "$work/$p" && "$sp" build "$bench" --prepare-only >>"$work/log" 2>&1); done
+    for p in a pin; do
+        [ -d "$work/$p" ] || continue
+        (cd "$work/$p" && "$sp" build "$bench" --prepare-only >>"$work/log" 2>&1)
+    done
     hand_tag=stackpin-bench-speed/handwritten:$name
     sp_cold=() hand_cold=() sp_export=() save=()
     for round in $(seq 1 "${BENCH_ROUNDS:-1}"); do

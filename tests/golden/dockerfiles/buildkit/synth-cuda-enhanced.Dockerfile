@@ -3,11 +3,17 @@
 # Lock: 4a42b539dc5d6336c922c9f3a74d239f6dd08de3ad41a5887f6c877ec2324fdb (3 wheels)
 
 # ---- build tools, mounted into the steps below and never part of the image: the step
-# ---- clamp (tools/clamp.py)
+# ---- clamp (tools/clamp.py) and uv 0.13.8, from its wheel pinned (sha256) in
+# ---- pinning/tools/installer.toml, not in the cell's lock, and checked again here
 FROM registry.example.invalid/cuda:99.1 AS tools
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN --mount=type=bind,source=tools,target=/tmp/tools \
-    mkdir -p /opt/stackpin-tools && cp /tmp/tools/clamp.py /opt/stackpin-tools/clamp.py
+    echo 'e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984  /tmp/tools/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl' | sha256sum --check --quiet \
+    && mkdir -p /opt/stackpin-tools \
+    && python3 -c 'import sys, zipfile; open(sys.argv[3], "wb").write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))' \
+        /tmp/tools/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl uv-0.13.8.data/scripts/uv /opt/stackpin-tools/uv \
+    && chmod 0755 /opt/stackpin-tools/uv \
+    && cp /tmp/tools/clamp.py /opt/stackpin-tools/clamp.py
 
 # ---- one stage: each install reads its layer's wheels from a bind mount of the build
 # ---- context, so no wheel is in any layer and the environment is written once, in place.
@@ -32,7 +38,8 @@ RUN --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin
 # The wheels are mounted read-only for this step alone: they reach no layer.
 RUN --mount=type=bind,source=wheels/vendor,target=/tmp/wheelhouse/vendor \
     --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
-    t0=$(date +%s%N) && /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+    t0=$(date +%s%N) && /opt/stackpin-tools/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
+        --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/vendor -r /tmp/wheelhouse/vendor/requirements.txt \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
@@ -41,7 +48,8 @@ RUN --mount=type=bind,source=wheels/vendor,target=/tmp/wheelhouse/vendor \
 # The wheels are mounted read-only for this step alone: they reach no layer.
 RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
     --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
-    t0=$(date +%s%N) && /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+    t0=$(date +%s%N) && /opt/stackpin-tools/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
+        --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
@@ -50,7 +58,8 @@ RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
 # The wheels are mounted read-only for this step alone: they reach no layer.
 RUN --mount=type=bind,source=wheels/attention,target=/tmp/wheelhouse/attention \
     --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
-    t0=$(date +%s%N) && /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+    t0=$(date +%s%N) && /opt/stackpin-tools/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
+        --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/attention -r /tmp/wheelhouse/attention/requirements.txt \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
