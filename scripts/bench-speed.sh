@@ -144,7 +144,7 @@ while IFS== read -r name host; do
     rm -rf "$work/bundle"
     # What the image is made of, comparable across engines (the classic store names images by
     # config digest, the containerd store by manifest digest): the sha256 of its layer list.
-    echo "$name layers of the cold build: $(docker image inspect --format '{{json .RootFS.Layers}}' "$image" | sha256sum | cut -c1-16)"
+    echo "$name layers of the cold build: $(docker image inspect --format '{{json .RootFS.Layers}}' "$image")"
     if [ "${BENCH_WARM:-1}" = 0 ]; then
         w=- hw=-
         rows+=("| $name | $store | $(median "${sp_cold[@]}") / $(median "${hand_cold[@]}") = $(ratio "$(median "${sp_cold[@]}")" "$(median "${hand_cold[@]}")") | not run (BENCH_WARM=0) | $(median "${sp_export[@]}") / $(median "${save[@]}") = $(ratio "$(median "${sp_export[@]}")" "$(median "${save[@]}")") | $(median "${sp_load[@]}") / $(median "${plain_load[@]}") = $(ratio "$(median "${sp_load[@]}")" "$(median "${plain_load[@]}")") | $(ratio "$bz" "$zs") |")

@@ -31,7 +31,7 @@ from stackpin.checks import check_cell
 from stackpin.context import context_digest, stage_context
 from stackpin.engine import BuildRequest, BuildResult, Engine, RunRequest
 from stackpin.engine.builders import CLASSIC, BuilderChoice
-from stackpin.errors import HostEnvironmentError, ValidationError
+from stackpin.errors import HostEnvironmentError, StackpinError, ValidationError
 from stackpin.lock import Lock, write_text_atomic
 from stackpin.matrix import Cell, Variant, pinned_wheels
 from stackpin.normalize import NormalizeRequest, normalize_image
@@ -167,6 +167,9 @@ class BuildRecord:
     # engine's BuildKit), "normalised" (stackpin.normalize) or "as built" (--no-normalize).
     builder: str = "classic"
     timestamps: str = ""
+    # The image's package inventory as the SBOM probe printed it in the build's own
+    # measuring container (stackpin.sbom.parse_probe reads it); "" where it could not run.
+    inventory: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
@@ -176,17 +179,29 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def measure_env_size(engine: Engine, image: str) -> int:
-    """Bytes under /opt/stackpin in the image (the installed environment), via du."""
+def measure_image(engine: Engine, image: str) -> tuple[int, str]:
+    """Bytes under /opt/stackpin in the image (the installed environment, via du) and its
+    package inventory (the SBOM probe's JSON line; "" where the probe cannot run), from one
+    container: a bundle export reads the inventory from the build record instead of
+    starting a container of its own beside the save (issue 24)."""
+    from stackpin import sbom  # CycloneDX's libraries load only where an inventory is read
+
     result = engine.run_to_completion(
-        RunRequest(image=image, entrypoint=("du",), command=("-sb", "/opt/stackpin"),
+        RunRequest(image=image, entrypoint=("/bin/sh",),
+                   command=("-c", 'du -sb /opt/stackpin && { "$0" -c "$1" || true; }',
+                            sbom.PYTHON, sbom.PROBE),
                    network_mode="none"),
-        timeout_s=300,
+        timeout_s=600,
     )
     if result.exit_code != 0:
         msg = f"cannot measure /opt/stackpin in {image}: {result.logs.strip()[:200]}"
         raise HostEnvironmentError(msg)
-    return int(result.stdout.split()[0])
+    size, _, probed = result.stdout.partition("\n")
+    try:
+        sbom.parse_probe(probed, image=image)
+    except StackpinError:
+        return int(size.split()[0]), ""
+    return int(size.split()[0]), probed.strip().splitlines()[-1]
 
 
 def execute(
@@ -216,16 +231,17 @@ def execute(
         timestamps = "normalised"
     image = engine.image_info(image_id)
     assert image is not None
+    env_size, inventory = measure_image(engine, image_id)
     record = BuildRecord(
         cell=plan_.cell.id, variant=plan_.variant, image_id=image_id, tags=result.tags,
         lock_digest=plan_.lock.digest, seconds=round(seconds, 2), steps=result.steps,
         cached_steps=result.cached_steps, image_size=image.size, base_size=base.size,
-        env_size=measure_env_size(engine, image_id), log_path=str(result.log_path),
+        env_size=env_size, log_path=str(result.log_path),
         raw_image_id=result.image_id, normalize_seconds=normalize_seconds,
         dockerfile_sha256=plan_.request.labels[LABEL_DOCKERFILE_SHA256],
         context_digest=plan_.request.labels[LABEL_CONTEXT_DIGEST],
         base_reference=plan_.rendered.base_reference, base_id=base.id,
-        builder=result.builder, timestamps=timestamps,
+        builder=result.builder, timestamps=timestamps, inventory=inventory,
     )
     write_record(plan_.target, record, plan_.rendered.dockerfile)
     return record

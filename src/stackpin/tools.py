@@ -128,3 +128,47 @@ def fetch_installer(installer: Installer, root: Path, *, runner: Runner = subpro
             raise ValidationError(msg)
         got.replace(path)
     return True
+
+
+# docs/matrix.md's section on this pin (`stackpin matrix docs` prints it after the matrix guide).
+GUIDE = """\
+## Build tools: `pinning/tools/installer.toml`
+
+The installer every build runs, uv, is pinned in its own file, not in any cell's lock:
+
+```toml
+[uv]
+version = "0.13.8"
+wheel = "uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+sha256 = "e18a57b8…"                      # of the wheel on the index
+binary = "uv-0.13.8.data/scripts/uv"      # the member the build runs
+```
+
+Why apart: a cell's lock digest names exactly what its image installs, and device evidence
+is tied to it (the CUDA lock's H200 runs); a tool bump must not move any lock, so every
+shipped lock stays byte-identical when uv changes. The file is not a matrix
+(`pinning/*.toml` are; this one is a folder down) and is shape-checked when read (exactly
+these four strings, a 64-hex sha256, a wheel and member of the pinned version): exit 3
+otherwise.
+
+- `stackpin wheels fetch CELL` downloads the wheel into `wheels/tools/` with `pip download
+  --no-deps --require-hashes --only-binary=:all:` for its own platform tag, once.
+- `stackpin build` refuses a missing wheel or one whose sha256 differs (exit 4, before
+  Docker starts), stages it into the context as `tools/<wheel>`, and the Dockerfile checks
+  the sha256 again (`sha256sum --check`) before it unpacks the binary. BuildKit builds it in
+  a `tools` stage that is only bind-mounted into the install steps; the classic builder
+  unpacks it into the install stage's `/tmp`, which the final stage never copies. Either
+  way no part of uv is in the image.
+- Each layer is installed with `uv pip install --python /opt/stackpin/venv/bin/python
+  --offline --no-config --no-cache --no-index --no-deps --require-hashes --no-build`: the
+  same rules as pip before it (exact hashes, no resolution, no index, no sdist), and the
+  build runs network-off. The guard still runs `pip check` (the venv keeps its own pip),
+  and bytecode is still compiled once by the guard, unchecked-hash.
+- A `--with-wheels` bundle carries the pin and the wheel, so a site rebuilds offline with
+  the same installer.
+
+To bump uv: set the four values from the index (`pip download uv==X --no-deps
+--only-binary=:all: --platform manylinux_2_17_x86_64` and `sha256sum` of the file), run
+`stackpin wheels fetch CELL`, rebuild. Image IDs change (the Dockerfile names the wheel's
+sha256); no lock does.
+"""

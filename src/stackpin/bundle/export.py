@@ -79,8 +79,7 @@ def export(engine: Engine, request: ExportRequest, *,
         on_line("bundle: reading package inventories (SBOM) from the images, beside the save")
         # The probe waits on a container start and the image's own Python, the save on the
         # daemon's stream and zstd: run together, the probe costs the export next to nothing.
-        probed = beside.submit(contents.probe_inventories, engine,
-                               [item.image for item in resolved.built])
+        probed = beside.submit(contents.probe_inventories, engine, resolved.built)
         stream, images, streamed = _save_images(engine, resolved, staging, on_line=on_line,
                                                 meter=meter)
         entries = contents.plan(resolved, images, stream, inventories=probed.result())

@@ -29,8 +29,11 @@ ARG PIP_NO_CACHE_DIR=1
 ARG PIP_DISABLE_PIP_VERSION_CHECK=1
 ARG PYTHONDONTWRITEBYTECODE=1
 ARG SOURCE_DATE_EPOCH=1700000000
+# ensurepip's pip compiles itself into timestamp pycs, which hold the build's time: gone
+# here, and compiled again, unchecked-hash, by the guard with everything else.
 RUN --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
     t0=$(date +%s%N) && python3 -m venv /opt/stackpin/venv \
+    && find /opt/stackpin/venv -name __pycache__ -prune -exec rm -rf {} + \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
 # Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.
