@@ -12,7 +12,8 @@ Order of a build, each step able to stop it with a one-line error:
    rebuild air-gapped from the wheelhouse;
 5. normalisation (stackpin.normalize, on unless --no-normalize): layers and config
    rewritten so the image ID depends only on what was installed; the tags move to it.
-   Skipped where the engine's BuildKit rewrote the timestamps itself (native).
+   Skipped where the image is reproducible as built (native: BuildKit 0.13+ clamps the
+   config, the Dockerfile's steps clamp what they wrote).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ from stackpin.matrix import Cell, Variant, pinned_wheels
 from stackpin.normalize import NormalizeRequest, normalize_image
 from stackpin.primitives import pretty_json
 from stackpin.render import Rendered, RenderRequest, layer_groups, render
-from stackpin.tools import load_installer, require_installer
 from stackpin.target import LABEL_CONTEXT_DIGEST, LABEL_DOCKERFILE_SHA256, Layout, Target
+from stackpin.tools import load_installer, require_installer
 from stackpin.wheelhouse import require_complete
 
 LineSink = Callable[[str], None]

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 import sys
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 from stackpin.errors import ConfigurationError, HostEnvironmentError, ValidationError
 from stackpin.piptarget import LineSink, Runner, subprocess_runner
@@ -75,7 +76,8 @@ def load_installer(root: Path) -> Installer:
         ) if not ok
     ]
     if problems:
-        msg = f"{path}: [uv] {problems[0]} is malformed or names another version than {installer.version!r}"
+        msg = (f"{path}: [uv] {problems[0]} is malformed or names another version than "
+               f"{installer.version!r}")
         raise ConfigurationError(msg)
     return installer
 

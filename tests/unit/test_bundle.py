@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -9,7 +10,6 @@ import os
 import shutil
 import tarfile
 import threading
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -33,7 +33,6 @@ from tests.fake_engine import FakeEngine
 
 from stackpin import sbom, signing
 from stackpin.build import load_record, measure_image, write_record
-from stackpin.target import Layout, Target
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import secrets as bundle_secrets
 from stackpin.bundle import siteconf
@@ -45,6 +44,7 @@ from stackpin.errors import BundleError, HostEnvironmentError
 from stackpin.matrix import RunFlags
 from stackpin.primitives import sha256_file
 from stackpin.render import base_reference
+from stackpin.target import Layout, Target
 
 
 def _files(folder: Path) -> list[str]:

@@ -23,11 +23,10 @@ from test_bundle_fakes import (
     site_trusting,
 )
 
-from stackpin import signing
+from stackpin import signing, tools
 from stackpin.build import sha256_text
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import source
-from stackpin import tools
 from stackpin.bundle import verify as verifying
 from stackpin.cli.build_cmd import source_commit
 from stackpin.errors import BundleError, HostEnvironmentError

@@ -20,7 +20,6 @@ from tests.synthetic import synthetic_cells, synthetic_lock
 
 from stackpin.errors import ConfigurationError
 from stackpin.matrix import Cell, load_cells
-from stackpin.tools import load_installer
 from stackpin.render import (
     RenderRequest,
     base_reference,
@@ -29,6 +28,7 @@ from stackpin.render import (
     render,
     render_template,
 )
+from stackpin.tools import load_installer
 
 TEMPLATES = ROOT / "templates"
 INSTALLER = load_installer(ROOT)

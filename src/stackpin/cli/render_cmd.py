@@ -11,8 +11,8 @@ from stackpin.cli.common import cell_argument, output_folder, project_layout, va
 from stackpin.context import write_rendered
 from stackpin.engine.builders import Builder
 from stackpin.render import Rendered, RenderRequest, render
-from stackpin.tools import load_installer
 from stackpin.target import Layout, load_cell, optional_lock, selected_variants
+from stackpin.tools import load_installer
 
 
 def render_cell(cell_id: str, variant: str, layout: Layout, *,
