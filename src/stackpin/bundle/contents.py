@@ -27,13 +27,12 @@ from stackpin.target import LABEL_SOURCE_COMMIT, LABEL_VERSION, Layout
 
 
 def plan(resolved: Resolved, images: Sequence[BundleImage], stream: StreamStats, *,
-         inventories: Mapping[str, sbom.Inventory]) -> list[Entry]:
-    """Every file but the image streams, SHA256SUMS and the manifest; ``inventories``
-    (``probe_inventories``, by image ID) are what each image's SBOM is made of."""
+         sboms: Sequence[Entry]) -> list[Entry]:
+    """Every file but the image streams, SHA256SUMS and the manifest; ``sboms`` are the
+    SBOM files (``sbom_entries``, made beside the save)."""
     built, root = resolved.built, resolved.layout.root
     created = rfc3339(resolved.epoch)
-    entries = sbom_files(inventories, images, created)
-    entries += provenance_files(built, stackpin_version=__version__)
+    entries = [*sboms, *provenance_files(built, stackpin_version=__version__)]
     if resolved.with_wheels:
         entries += rebuild_files(resolved.layout, built)
     entries += site_files(root / "bundle", images, stream)
@@ -153,6 +152,13 @@ def probe_inventories(engine: Engine, built: Sequence[BuiltImage]) -> dict[
             raise BundleError(msg)
         inventories[image.id] = sbom.parse_probe(result.stdout, image=image.tags[0])
     return inventories
+
+
+def sbom_entries(engine: Engine, resolved: Resolved) -> list[Entry]:
+    """The SBOM files of every bundled image: needs only the images' IDs and tags, so the
+    export makes them (inventories, CycloneDX documents, their schema check) beside the save."""
+    return sbom_files(probe_inventories(engine, resolved.built),
+                      [item.image for item in resolved.built], rfc3339(resolved.epoch))
 
 
 def sbom_files(inventories: Mapping[str, sbom.Inventory], images: Sequence[BundleImage],
