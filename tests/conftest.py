@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -105,3 +106,17 @@ def cpu_image(docker_engine, cpu_project: Path) -> dict[str, object]:  # type: i
         assert done.returncode == 0, f"stackpin {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     record = json.loads((cpu_project / "build" / "records" / f"{CPU_CELL}-stable.json").read_text())
     return dict(record)
+
+
+def pin_fake_installer(root: Path, data: bytes = b"the pinned installer wheel") -> None:
+    """pinning/tools/installer.toml in ``root`` naming the shipped uv wheel's file name with
+    the sha256 of ``data``, and that file in wheels/tools/: a project whose build passes the
+    installer checks without the real 17 MB wheel (unit tests never run it)."""
+    from stackpin import tools
+
+    pinned = tools.load_installer(ROOT)
+    (root / tools.PIN).parent.mkdir(parents=True, exist_ok=True)
+    (root / tools.PIN).write_text((ROOT / tools.PIN).read_text(encoding="utf-8").replace(
+        pinned.sha256, hashlib.sha256(data).hexdigest()), encoding="utf-8")
+    (root / tools.TOOLS_DIR).mkdir(parents=True, exist_ok=True)
+    (root / tools.TOOLS_DIR / pinned.wheel).write_bytes(data)

@@ -22,6 +22,7 @@ from test_bundle_fakes import (
     record_cpu_build,
     site_trusting,
 )
+from tests.conftest import pin_fake_installer
 
 from stackpin import signing, tools
 from stackpin.build import sha256_text
@@ -63,12 +64,7 @@ def _pinning(root: Path) -> None:
     for item in (ROOT / "pinning").iterdir():
         if item.name != "tools":
             (root / "pinning" / item.name).symlink_to(item)
-    (root / tools.PIN).parent.mkdir()
-    (root / tools.PIN).write_text((ROOT / tools.PIN).read_text().replace(
-        tools.load_installer(ROOT).sha256, hashlib.sha256(INSTALLER_BYTES).hexdigest()))
-    installer = tools.load_installer(root)
-    installer.path(root).parent.mkdir(parents=True)
-    installer.path(root).write_bytes(INSTALLER_BYTES)
+    pin_fake_installer(root, INSTALLER_BYTES)
 
 
 def _export(tmp_path: Path, shipped_cells, *, commits: tuple[str, ...] = (COMMIT,)):
