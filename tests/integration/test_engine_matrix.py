@@ -48,10 +48,11 @@ EPOCH = 1735689600  # the CPU default's source_date_epoch (2025-01-01), which th
 # Writes files at build time (their mtimes differ per build: normalisation's job), has the
 # venv the SBOM probe runs in, starts through the rendered entrypoint, carries the labels.
 # 32 MiB of zeros make its own layer far smaller compressed than unpacked (image sizes).
-# BuildKit's build uses the real template's tools stage and venv step (ensurepip's pip
-# included, whose timestamp pycs the step removes) and the step clamp (a second step, as the
-# real guard step copies the build files in and clamps what it wrote): on Docker 28 that is
-# what makes the image reproducible as built, so this is what the matrix proves.
+# BuildKit's build uses the real template's tools stage, build args and venv step (ensurepip's
+# pip included: without the SOURCE_DATE_EPOCH arg its pycs and RECORD hold the build's time,
+# which this test caught) and the step clamp (a second step, as the real guard step copies
+# the build files in and clamps what it wrote): on Docker 28 that is what makes the image
+# reproducible as built, so this is what the matrix proves.
 SMALL_TEMPLATE = """\
 # Engine-matrix image for cell {{ cell.id }}, variant {{ variant }}: small on purpose.
 {% if one_stage %}
@@ -61,6 +62,7 @@ SMALL_TEMPLATE = """\
 FROM {{ base_reference }}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 {% if one_stage %}
+{% include "fragments/build-args.j2" %}
 {% include "fragments/venv-step.j2" %}
 RUN --mount=type=bind,source=stackpin,target=/tmp/context/stackpin \\
     --mount=type=bind,from=tools,source={{ tools }},target={{ tools }} \\

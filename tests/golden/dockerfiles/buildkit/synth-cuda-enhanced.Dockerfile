@@ -29,11 +29,10 @@ ARG PIP_NO_CACHE_DIR=1
 ARG PIP_DISABLE_PIP_VERSION_CHECK=1
 ARG PYTHONDONTWRITEBYTECODE=1
 ARG SOURCE_DATE_EPOCH=1700000000
-# ensurepip's pip compiles itself into timestamp pycs, which hold the build's time: gone
-# here, and compiled again, unchecked-hash, by the guard with everything else.
+# ensurepip compiles the venv's own pip; SOURCE_DATE_EPOCH (an ARG of this stage) makes those
+# pycs checked-hash, so they and the RECORD listing their hashes hold no build time.
 RUN --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
     t0=$(date +%s%N) && python3 -m venv /opt/stackpin/venv \
-    && find /opt/stackpin/venv -name __pycache__ -prune -exec rm -rf {} + \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
 # Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.
