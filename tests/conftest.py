@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -65,7 +66,7 @@ def checkout_copy(dest: Path, *, wheels_from: Path = ROOT) -> Path:
         shutil.copytree(ROOT / ".git", dest / ".git", symlinks=True)
     else:  # a `git worktree` checkout: .git is a file naming the shared git dir
         shutil.copy2(ROOT / ".git", dest / ".git")
-    for folder in (f"wheels/{CPU_CELL}", "wheels/vendor"):
+    for folder in (f"wheels/{CPU_CELL}", "wheels/vendor", "wheels/tools"):
         if (wheels_from / folder).is_dir():
             shutil.copytree(wheels_from / folder, dest / folder, copy_function=_link_new,
                             dirs_exist_ok=True)
@@ -128,3 +129,17 @@ def cuda_images(docker_engine, cpu_project: Path) -> dict[str, dict[str, object]
     records = cpu_project / "build" / "records"
     return {variant: dict(json.loads((records / f"{CUDA_CELL}-{variant}.json").read_text()))
             for variant in ("stable", "enhanced")}
+
+
+def pin_fake_installer(root: Path, data: bytes = b"the pinned installer wheel") -> None:
+    """pinning/tools/installer.toml in ``root`` naming the shipped uv wheel's file name with
+    the sha256 of ``data``, and that file in wheels/tools/: a project whose build passes the
+    installer checks without the real 17 MB wheel (unit tests never run it)."""
+    from stackpin import tools
+
+    pinned = tools.load_installer(ROOT)
+    (root / tools.PIN).parent.mkdir(parents=True, exist_ok=True)
+    (root / tools.PIN).write_text((ROOT / tools.PIN).read_text(encoding="utf-8").replace(
+        pinned.sha256, hashlib.sha256(data).hexdigest()), encoding="utf-8")
+    (root / tools.TOOLS_DIR).mkdir(parents=True, exist_ok=True)
+    (root / tools.TOOLS_DIR / pinned.wheel).write_bytes(data)

@@ -26,6 +26,7 @@ from stackpin.lock import GROUPS, Group, Lock, LockedWheel, wheel_name_version
 from stackpin.matrix import Cell, Variant, cell_json
 from stackpin.primitives import pretty_json, rfc3339
 from stackpin.servicespec import Service
+from stackpin.tools import Installer
 
 LABEL_PREFIX = target.LABEL_PREFIX
 
@@ -45,6 +46,9 @@ _LAYER_TEXT: dict[Group, tuple[str, str]] = {
 }
 
 
+# Where BuildKit's tools stage keeps the step clamp and uv; bind-mounted, never in the image.
+TOOLS_MOUNT = "/opt/stackpin-tools"
+
 # The Dockerfile of each builder. The classic builder has no RUN --mount: its wheels are
 # copied into an install stage and the environment copied from there into the final one.
 # BuildKit mounts each layer's wheels into its RUN, so one stage writes the environment
@@ -63,6 +67,9 @@ class RenderRequest:
     templates_dir: Path
     stackpin_version: str
     builder: Builder = "classic"
+    # The pinned installer (stackpin.tools): uv installs each layer; None: pip does (the
+    # venv's own pip, as before issue 24; what a render without the tools pin shows).
+    installer: Installer | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -284,6 +291,8 @@ def render(req: RenderRequest) -> Rendered:
         "stackpin/image.json": pretty_json(image_info(req)),
     }
     files.update(compat_files(cell, req.templates_dir))
+    if req.builder == "buildkit":  # each step's clamp, from the tools stage (never in the image)
+        files["tools/clamp.py"] = (req.templates_dir / "clamp.py").read_text(encoding="utf-8")
     if cell.env_script:
         files["stackpin/env.sh"] = env.get_template("env.sh.j2").render(context)
     if cell.service is not None:
@@ -315,6 +324,12 @@ def template_context(
             {"group": g, "title": _LAYER_TEXT[g][0], "why": _LAYER_TEXT[g][1]} for g in groups
         ],
         "torch_version": torch_version(cell),
+        "installer": req.installer,
+        # BuildKit: the tools stage's folder (clamp, uv), mounted into every step, and the
+        # clamp that ends each step; classic: uv unpacked into the install stage's /tmp.
+        "tools": TOOLS_MOUNT,
+        "uv_dir": TOOLS_MOUNT if req.builder == "buildkit" else "/tmp/uv",
+        "clamp": f'&& python3 {TOOLS_MOUNT}/clamp.py {cell.source_date_epoch} "$t0"',
         "attention": attention_module(cell, variant),
         "runtime_env": runtime_env(cell),
         "service": service_info(cell.service, variant) if cell.service else None,

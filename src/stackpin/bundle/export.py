@@ -76,14 +76,15 @@ def export(engine: Engine, request: ExportRequest, *,
             raise BundleError(msg)
     resolved = resolve(engine, request, archive=archive)
     with staged_folder(out_dir) as staging, ThreadPoolExecutor(max_workers=1) as beside:
-        on_line("bundle: reading package inventories (SBOM) from the images, beside the save")
-        # The probe waits on a container start and the image's own Python, the save on the
-        # daemon's stream and zstd: run together, the probe costs the export next to nothing.
-        probed = beside.submit(contents.probe_inventories, engine,
-                               [item.image for item in resolved.built])
+        on_line("bundle: writing the SBOMs (package inventories from the build records, or "
+                "probed in the images) beside the save")
+        # A probe waits on a container start and the image's own Python, the documents'
+        # schema check on jsonschema, the save on the daemon's stream and zstd: run
+        # together, the SBOMs cost the export next to nothing.
+        probed = beside.submit(contents.sbom_entries, engine, resolved)
         stream, images, streamed = _save_images(engine, resolved, staging, on_line=on_line,
                                                 meter=meter)
-        entries = contents.plan(resolved, images, stream, inventories=probed.result())
+        entries = contents.plan(resolved, images, stream, sboms=probed.result())
         manifest = _write(staging, entries, resolved, images, stream, streamed=streamed,
                           on_line=on_line)
     return ExportResult(out_dir=out_dir, archive=archive,

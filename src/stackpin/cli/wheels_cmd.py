@@ -12,6 +12,7 @@ from stackpin.lock import lock_path, relock
 from stackpin.render import base_reference
 from stackpin.resolve import Pip
 from stackpin.target import current_lock, load_cell
+from stackpin.tools import fetch_installer, load_installer
 from stackpin.wheelhouse import fetch, verify_wheelhouse
 
 
@@ -50,6 +51,8 @@ def fetch_cmd(cell_id: str, verbose: bool, no_cache: bool, as_json: bool) -> Non
     lock, new = relock(cell, root, Pip(on_line=show), base_reference=base_reference(cell))
     result = fetch(cell, root, lock, on_line=show,
                    cache=None if no_cache else cache_dir())
+    # The installer every build runs: pinned apart from the lock, fetched with the wheels.
+    fetch_installer(load_installer(root), root, on_line=show)
     path = lock_path(root, cell.id)
     if as_json:
         echo_json({"cell": cell.id, "mode": "resolved" if new else "locked",
