@@ -58,7 +58,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY stackpin/ /opt/stackpin/
 RUN python3 -m venv --without-pip /opt/stackpin/venv \\
     && mkdir -p /opt/stackpin/data && echo {{ cell.id }} > /opt/stackpin/data/cell \\
-    && head -c 16M /dev/urandom > /opt/stackpin/data/noise \\
+    && python3 -c 'import random, sys; sys.stdout.buffer.write(random.Random(25).randbytes(16 << 20))' > /opt/stackpin/data/noise \\
     && chmod 0755 /opt/stackpin/entrypoint.sh
 {% include "fragments/labels.j2" %}
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
@@ -124,25 +124,24 @@ def _project(source: Path, dest: Path, template: str) -> Path:
     return dest
 
 
-def _build_and_export(cpu_project: Path, work: Path, template: str, *,
-                      against: Path | None = None, bundle: str = "bundle") -> Path:
-    """Build SITES_CELL from ``template`` on the default engine and export it signed."""
+def _build(checkout: Path) -> None:
+    """Build SITES_CELL in ``checkout`` on the default engine, with BuildKit."""
     need_docker_plugin("buildx")
-    if not (work / "checkout").exists():
-        _project(cpu_project, work / "checkout", template)
-    checkout = work / "checkout"
     done = stackpin_cli("build", SITES_CELL, "--builder", "buildkit", cwd=checkout)
     assert done.returncode == 0, done.stdout + done.stderr
-    keys = work.parent / "keys"
+
+
+def _export(checkout: Path, out: Path, keys: Path, *, against: Path | None = None) -> Path:
+    """Export the built SITES_CELL image, signed, at ``out`` (a delta ``against``)."""
     if not keys.exists():
         assert stackpin_cli("keys", "generate", "-o", str(keys), cwd=checkout).returncode == 0
-    args = ["bundle", "export", SITES_CELL, "-o", str(work / bundle), "--sign-key",
+    args = ["bundle", "export", SITES_CELL, "-o", str(out), "--sign-key",
             str(keys / "stackpin.key"), "--force"]
     if against is not None:
         args += ["--against", str(against)]
     done = stackpin_cli(*args, cwd=checkout)
     assert done.returncode == 0, done.stdout + done.stderr
-    return work / bundle
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -153,9 +152,11 @@ def bundles(cpu_project: Path, tmp_path_factory: pytest.TempPathFactory,
         done = stackpin_cli("wheels", "fetch", CPU_CELL, cwd=cpu_project)
         assert done.returncode == 0, done.stdout + done.stderr
     work = tmp_path_factory.mktemp("sites")
-    old = _build_and_export(cpu_project, work / "old", OLD_TEMPLATE)
+    checkout = _project(cpu_project, work / "checkout", OLD_TEMPLATE)
+    _build(checkout)
+    old = _export(checkout, work / "old", work / "keys")
     yield {"old": old, "pubkey": work / "keys" / "stackpin.pub", "work": work,
-           "cpu_project": cpu_project}
+           "checkout": checkout}
     with DockerEngine.connect() as default:
         _remove_cell_images(default)
 
@@ -339,15 +340,12 @@ def test_a_delta_loads_where_the_old_image_is_and_is_refused_where_it_is_not(
     assert done.returncode == 0, done.stdout + done.stderr
 
     # The new image: built in the same checkout, its template one layer longer.
-    checkout = work / "old" / "checkout"
+    checkout = bundles["checkout"]
     for builder_template in DOCKERFILES.values():
         _rewrite(checkout / "templates" / builder_template, NEW_TEMPLATE)
-    new_work = work / "new"
-    new_work.mkdir(exist_ok=True)
-    (new_work / "checkout").symlink_to(checkout)
-    full = _build_and_export(bundles["cpu_project"], new_work, NEW_TEMPLATE, bundle="full")
-    part = _build_and_export(bundles["cpu_project"], new_work, NEW_TEMPLATE, bundle="delta",
-                             against=inventory)
+    _build(checkout)
+    full = _export(checkout, work / "new-full", work / "keys")
+    part = _export(checkout, work / "new-delta", work / "keys", against=inventory)
     new_image = _manifest(part)["images"][0]
     assert new_image["id"] == _manifest(full)["images"][0]["id"] != old_image["id"]
     delta_bytes = (part / "images.tar.zst").stat().st_size

@@ -10,6 +10,7 @@ far, so a test sees exactly how much a second push re-sent. Runs until killed.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import threading
@@ -45,10 +46,8 @@ def pipe(source: socket.socket, sink: socket.socket, meter: Meter | None) -> Non
         pass
     finally:
         for end in (source, sink):
-            try:
+            with contextlib.suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def main() -> None:

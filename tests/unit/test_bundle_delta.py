@@ -228,3 +228,20 @@ def test_load_sh_refuses_a_delta_whose_base_is_absent_then_loads_it_where_presen
     assert done.returncode == 0, done.stdout + done.stderr
     assert "PASS  delta: the 1 layer(s) this bundle left out are present" in done.stdout
     assert [c for c in log.read_text().splitlines() if c.startswith("load")] == ["load"]
+
+
+def test_bundle_load_refuses_a_delta_whose_base_this_engine_lacks(tmp_path, shipped_cells):
+    from test_bundle_fakes import site_trusting
+
+    from stackpin.bundle import load as loading
+
+    engine, layers = two_layer_engine(shipped_cells)
+    diffs = [f"sha256:{hashlib.sha256(layer).hexdigest()}" for layer in layers]
+    inventory = parse_inventory(inventory_text((diffs[0], diffs[0])), what="inv")
+    part, public = export_cpu(tmp_path, shipped_cells, engine=engine, against=inventory)
+    empty = FakeEngine()
+    with pytest.raises(BundleError, match=(
+            rf"a delta bundle whose 1 base layer\(s\) this engine lacks: {diffs[0]} "
+            rf"\(diff {diffs[0]}\); load the bundle it was made against first")):
+        loading.load(empty, part.out_dir, site=site_trusting(public))
+    assert empty.loaded == []  # refused before the engine read a byte

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
@@ -165,7 +165,7 @@ def load(engine: Engine, source: Path, *, site: trust.Trust,
     return LoadReport(verified=verified, image_ids=wanted)
 
 
-def refuse_missing_base(engine: Engine, source: Path, manifest: dict[str, Any]) -> None:
+def refuse_missing_base(engine: Engine, source: Path, manifest: Mapping[str, Any]) -> None:
     """A delta bundle lacks the layers its site held: refuse it, naming them, where this
     engine does not hold them (in a stackpin image: a delta builds on an earlier bundle)."""
     wanted = {str(b["chain_id"]): str(b["diff_id"]) for image in manifest["images"]

@@ -10,11 +10,10 @@ from types import FrameType
 import click
 
 from stackpin import signing
-from stackpin.bundle import delta
+from stackpin.bundle import delta, trust
 from stackpin.bundle import export as exporting
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import load as loading
-from stackpin.bundle import trust
 from stackpin.bundle import verify as verifying
 from stackpin.cli.common import (
     DEFAULT_CELL,
@@ -29,8 +28,8 @@ from stackpin.cli.common import (
 )
 from stackpin.cli.progress import ByteProgress
 from stackpin.engine.docker_api import DockerEngine
-from stackpin.target import Layout, resolve_many
 from stackpin.errors import BundleError
+from stackpin.target import Layout, resolve_many
 from stackpin.untrusted import read_bounded, shown
 
 _SOURCE = ExistingPath("either")
