@@ -36,18 +36,19 @@ from stackpin.bundle.delta import chain_ids
 work = Path(sys.argv[1])
 manifest = json.loads((work / "full" / "manifest.json").read_bytes())
 config_digest = manifest["images"][0]["config_digest"].removeprefix("sha256:")
+sizes = {}
 with (work / "full" / "images.tar.zst").open("rb") as raw, zstandard.ZstdDecompressor(
         ).stream_reader(raw, read_across_frames=True) as stream, tarfile.open(
         fileobj=stream, mode="r|") as tar:
     for member in tar:
+        sizes["sha256:" + member.name.rsplit("/", 1)[-1]] = member.size
         if member.name == f"blobs/sha256/{config_digest}":
             config = json.loads(tar.extractfile(member).read())
-            break
 history = [h for h in config["history"] if not h.get("empty_layer")]
 diffs = config["rootfs"]["diff_ids"]
 assert len(history) == len(diffs), (len(history), len(diffs))
 for i, (h, d) in enumerate(zip(history, diffs)):
-    print(f"layer {i}: {d[:19]} {h.get('created_by', '')[:110]}")
+    print(f"layer {i}: {d[:19]} {sizes.get(d, 0) / 2**20:8.1f} MiB  {h.get('created_by', '')[:100]}")
 below = {"stack": next(i for i, h in enumerate(history) if "wheels/stack" in h.get("created_by", "")),
          "torch": next(i for i, h in enumerate(history) if "wheels/vendor" in h.get("created_by", ""))}
 for name, count in below.items():
