@@ -245,3 +245,32 @@ def test_bundle_load_refuses_a_delta_whose_base_this_engine_lacks(tmp_path, ship
             rf"\(diff {diffs[0]}\); load the bundle it was made against first")):
         loading.load(empty, part.out_dir, site=site_trusting(public))
     assert empty.loaded == []  # refused before the engine read a byte
+
+
+# --- the registry scripts' usage errors: one line, exit 2, nothing run ----------------------
+
+
+@pytest.mark.parametrize(("script", "args", "message"), [
+    ("push.sh", ["127.0.0.1:5000/Site"], "'Site' is not a repository path component"),
+    ("push.sh", ["127.0.0.1:5000/a//b"], "'' is not a repository path component"),
+    ("push.sh", ["user@host/x"], "is not HOST[:PORT][/PREFIX]"),
+    ("push.sh", [], "usage: push.sh HOST"),
+    ("push.sh", ["127.0.0.1:5000", "--ca-cert", "/nonexistent"], "--ca-cert /nonexistent is not a file"),
+    ("pull.sh", ["127.0.0.1:5000/../x"], "is not a repository path component"),
+    ("pull.sh", ["127.0.0.1:5000", "--bogus"], "unknown option --bogus"),
+    ("registry.sh", ["start", "--listen", "0.0.0.0"], "is not ADDR:PORT"),
+    ("registry.sh", ["start", "--tls-cert", "/etc/hostname"], "--tls-cert and --tls-key go together"),
+    ("registry.sh", ["restart"], "usage: registry.sh start"),
+    ("inventory.sh", ["--json"], "unknown argument --json"),
+])
+def test_registry_scripts_refuse_bad_usage_before_anything_runs(tmp_path, shipped_cells, shim,
+                                                                script, args, message):
+    part, public = export_cpu(tmp_path, shipped_cells)
+    env = {**shim, "STACKPIN_PUBKEY": str(public),
+           "STACKPIN_REGISTRY_DIR": str(tmp_path / "registry")}
+    done = _run(part.out_dir / "bin" / script, *args, env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("FAIL  ") and message in line, line
+    assert Path(shim["SHIM_LOG"]).read_text() == ""  # the engine was never asked
+    assert not (tmp_path / "registry").exists()
