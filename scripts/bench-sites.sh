@@ -79,9 +79,10 @@ cat >"$work/push-fresh.sh" <<EOF
 #!/bin/bash
 exec ${netns[*]} bash $work/full/bin/push.sh 127.0.0.1:5999/run\$(date +%s%N) --plain-http
 EOF
+image=$(sed -n 's/^PROFILE_IMAGE_ID=//p' "$work/full/bin/profiles/stable.conf")
 cat >"$work/skopeo-fresh.sh" <<EOF
 #!/bin/bash
-exec ${netns[*]} skopeo copy --quiet --dest-tls-verify=false docker-daemon:stackpin/$cell:stable \
+exec ${netns[*]} skopeo copy --quiet --dest-tls-verify=false docker-daemon:$image \
     docker://127.0.0.1:5999/skopeo\$(date +%s%N)/$cell:stable
 EOF
 chmod +x "$work/push-fresh.sh" "$work/skopeo-fresh.sh"
@@ -95,7 +96,6 @@ say "a node: pull from the site registry against load of the bundle"
 mkdir -p "$work/node"
 cp "$work/full/manifest.json" "$work/full/manifest.sig" "$work/full/SHA256SUMS" "$work/node/"
 rm -rf "$work/node/bin" && cp -r "$work/full/bin" "$work/node/bin"
-image=$(sed -n 's/^PROFILE_IMAGE_ID=//p' "$work/full/bin/profiles/stable.conf")
 cat >"$work/pull-fresh.sh" <<EOF
 #!/bin/bash
 DOCKER_HOST=$node docker rmi -f $image >/dev/null 2>&1
