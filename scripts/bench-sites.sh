@@ -22,9 +22,11 @@ say() { printf 'bench-sites: %s\n' "$*"; }
 
 [ -f "$work/keys/stackpin.key" ] || $stackpin keys generate -o "$work/keys" >/dev/null
 export STACKPIN_PUBKEY=$work/keys/stackpin.pub
-say "full bundle"
-/usr/bin/time -f "export wall %e s" $stackpin bundle export "$cell" -o "$work/full" \
-    --sign-key "$work/keys/stackpin.key" --force
+if [ ! -f "$work/full/manifest.sig" ]; then
+    say "full bundle"
+    /usr/bin/time -f "export wall %e s" $stackpin bundle export "$cell" -o "$work/full" \
+        --sign-key "$work/keys/stackpin.key" --force
+fi
 
 # The layers below the stack and below torch, from the image's own history (BuildKit: one
 # layer per RUN/COPY), written as inventories a site would send.
@@ -49,8 +51,9 @@ diffs = config["rootfs"]["diff_ids"]
 assert len(history) == len(diffs), (len(history), len(diffs))
 for i, (h, d) in enumerate(zip(history, diffs)):
     print(f"layer {i}: {d[:19]} {sizes.get(d, 0) / 2**20:8.1f} MiB  {h.get('created_by', '')[:100]}")
-below = {"stack": next(i for i, h in enumerate(history) if "wheels/stack" in h.get("created_by", "")),
-         "torch": next(i for i, h in enumerate(history) if "wheels/vendor" in h.get("created_by", ""))}
+# The install steps name their wheelhouse (the bind mount's target) in the command.
+below = {"stack": next(i for i, h in enumerate(history) if "wheelhouse/stack" in h.get("created_by", "")),
+         "torch": next(i for i, h in enumerate(history) if "wheelhouse/vendor" in h.get("created_by", ""))}
 for name, count in below.items():
     body = "stackpin-inventory 1\nengine bench below-" + name + "\n"
     body += "".join(f"layer {c} {d}\n" for c, d in zip(chain_ids(diffs[:count]), diffs[:count]))
