@@ -115,7 +115,11 @@ def test_the_cpu_bundle_runs_under_podman(podman_env: dict[str, str],
                        env=env)
         assert f"localhost/{image['tags'][0]}" in json.loads(tags.stdout)
 
-        done = _script(bundle, "verify.sh", env=env)
+        # L0 (imports, the environment) and L8 (Studio started, logged into, chatted with)
+        # are where an engine can differ; L1-L7 are the same computation on any engine,
+        # ~15 of this test's ~25 minutes, and run under Docker in test_bundle_on_engines
+        # (docs/benchmarks.md has a full L0-L8 run under Podman).
+        done = _script(bundle, "verify.sh", "stable", "--", "--levels", "0,8", env=env)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
         report = json.loads((tmp_path / "site.reports" / "stable" / "report.json").read_text())
         assert report["summary"]["required_failed"] == 0
