@@ -68,10 +68,12 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory,
         subprocess.run(["ip", "netns", "add", NETNS], check=True)
     subprocess.run(["nsenter", f"--net=/run/netns/{NETNS}", "ip", "link", "set", "lo", "up"],
                    check=True)
-    # A one-file image to probe the rlimits with: the CPU base would do, but costs a load.
+    # A three-file image (true and the libc it needs) to probe the rlimits with: the CPU
+    # base would do, but costs a load.
     folder = tmp_path_factory.mktemp("podman")
     probe = subprocess.run(
-        "tar -C /usr/bin -c true | podman import --quiet - stackpin-podman-probe",
+        "tar -chf - /usr/bin/true /lib64/ld-linux-x86-64.so.2 /lib/x86_64-linux-gnu/libc.so.6"
+        " 2>/dev/null | podman import --quiet - stackpin-podman-probe",
         shell=True, capture_output=True, text=True, check=False)
     assert probe.returncode == 0, probe.stderr
     conf = _rlimits_conf(folder)
