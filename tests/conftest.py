@@ -15,6 +15,7 @@ from stackpin.matrix import Cell, load_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_CELL = "cpu-bookworm-torch2130-py311"
+CUDA_CELL = "cuda130-sm90-torch2110-py311"
 K100_CELL = "dtk2604-k100-torch290-py310"
 
 
@@ -105,3 +106,25 @@ def cpu_image(docker_engine, cpu_project: Path) -> dict[str, object]:  # type: i
         assert done.returncode == 0, f"stackpin {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     record = json.loads((cpu_project / "build" / "records" / f"{CPU_CELL}-stable.json").read_text())
     return dict(record)
+
+
+@pytest.fixture(scope="session")
+def cuda_images(docker_engine, cpu_project: Path) -> dict[str, dict[str, object]]:  # type: ignore[no-untyped-def]
+    """The CUDA cell's two images, built once a session through the real CLI in
+    ``cpu_project``: the locked wheels fetched (the machine-wide wheel cache re-hashes and
+    links what an earlier run downloaded), then ``build --variant all --builder buildkit``
+    on the default engine: the one-stage Dockerfile (wheels bind-mounted, the environment
+    written once), the enhanced build reusing every layer below the attention layer, each
+    image normalised as on any engine before 26. Needs no GPU and no Docker 28 engine:
+    what needs a card is checked with --no-devices and must say "unsupported".
+
+    Returns each variant's build record. A warm build reuses every layer and the
+    normalisation cache, so a second session costs seconds.
+    """
+    for args in (("wheels", "fetch", CUDA_CELL),
+                 ("build", CUDA_CELL, "--variant", "all", "--builder", "buildkit")):
+        done = stackpin_cli(*args, cwd=cpu_project)
+        assert done.returncode == 0, f"stackpin {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    records = cpu_project / "build" / "records"
+    return {variant: dict(json.loads((records / f"{CUDA_CELL}-{variant}.json").read_text()))
+            for variant in ("stable", "enhanced")}

@@ -358,6 +358,24 @@ visibility_args() {
     fi
 }
 
+# A profile run without its device flags (--no-devices, a GPU image on a host with no
+# card), as stackpin.runprofile.without_devices drops them: PROFILE_RUN_ARGS loses its
+# --device and --gpus options, VISIBILITY_ARGS tells the image (STACKPIN_NO_DEVICES=1,
+# stackpin.runprofile.NO_DEVICES_ENV), which then starts Studio on unsloth's CPU fallback.
+without_device_args() {
+    local kept=() arg
+    for arg in "${PROFILE_RUN_ARGS[@]+"${PROFILE_RUN_ARGS[@]}"}"; do
+        case $arg in
+            --device=*|--gpus=*) ;;
+            *) kept+=("$arg") ;;
+        esac
+    done
+    PROFILE_RUN_ARGS=("${kept[@]+"${kept[@]}"}")
+    VISIBILITY_ARGS=(--env STACKPIN_NO_DEVICES=1)
+    [ "$PROFILE_PLATFORM" = cpu ] \
+        || say INFO "--no-devices: profile $PROFILE_NAME runs without its $PROFILE_PLATFORM cards; Studio starts on unsloth's CPU fallback"
+}
+
 profile_alias() {  # NAME: the seed calls the enhanced profile "full"
     if [ "$1" = full ]; then printf 'enhanced\n'; else printf '%s\n' "$1"; fi
 }

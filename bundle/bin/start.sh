@@ -1,8 +1,11 @@
 #!/bin/bash
-# Start a profile's service: bin/start.sh PROFILE [--devices LIST] [--keep] [--force] [-- COMMAND...]
+# Start a profile's service: bin/start.sh PROFILE [--devices LIST|--no-devices] [--keep] [--force] [-- COMMAND...]
 #   PROFILE   stable, enhanced (full is the seed's name for enhanced), or another profile
 #   --devices the cards it may use, e.g. 0,1 (HIP_VISIBLE_DEVICES on DTK/ROCm,
 #             CUDA_VISIBLE_DEVICES on CUDA; default: the cell's [run] visible_devices)
+#   --no-devices  run a GPU profile on a host with no card: its device flags (--device,
+#             --gpus, the card choice) are left out and Studio starts on unsloth's CPU
+#             fallback (STACKPIN_NO_DEVICES=1 tells the image; slow, for trying it out)
 #   --keep    leave the container when it does not become healthy (to debug it)
 #   --force   start although another profile runs on this card (never train on both)
 # The service's port is published on 127.0.0.1 only. The profile's state folder (accounts,
@@ -22,13 +25,14 @@ set -euo pipefail
 
 take_common_args "$@"
 set -- "${REST[@]+"${REST[@]}"}"
-usage="usage: start.sh stable|enhanced|full|PROFILE [--devices LIST] [--keep] [--force] [-- COMMAND...]"
-profile="" keep=0 force=0 devices=() command=()
+usage="usage: start.sh stable|enhanced|full|PROFILE [--devices LIST|--no-devices] [--keep] [--force] [-- COMMAND...]"
+profile="" keep=0 force=0 no_devices=0 devices=() command=()
 while [ "$#" -gt 0 ]; do
     case $1 in
         --devices) [ "$#" -ge 2 ] || die_with 2 "--devices needs a card list such as 0,1"
             devices=("$2"); shift ;;
         --devices=*) devices=("${1#--devices=}") ;;
+        --no-devices) no_devices=1 ;;
         --keep) keep=1 ;;
         --force) force=1 ;;
         --) shift; command=("$@"); break ;;
@@ -43,6 +47,10 @@ need_engine "it runs the profile's container"
 load_bundle_conf
 load_profile "$profile"
 visibility_args "${devices[@]+"${devices[@]}"}"
+if [ "$no_devices" = 1 ]; then
+    [ "${#devices[@]}" = 0 ] || die_with 2 "--devices and --no-devices contradict each other: give one"
+    without_device_args
+fi
 [ -n "${PROFILE_SERVICE_ARGV+x}" ] \
     || die_with 3 "profile $profile's image declares no service: add [service] to its cell, or pass -- COMMAND"
 
@@ -64,7 +72,7 @@ if status=$(engine container inspect --format '{{.State.Status}}' "$name" 2>/dev
         || die_with 8 "profile $profile is already running (container $name): bin/stop.sh $profile first"
     engine rm -f "$name" >/dev/null  # an exited leftover of an earlier start
 fi
-if [ "$PROFILE_PLATFORM" != cpu ] && [ "$force" = 0 ]; then
+if [ "$PROFILE_PLATFORM" != cpu ] && [ "$no_devices" = 0 ] && [ "$force" = 0 ]; then
     other=$(engine ps --filter label=io.stackpin.profile --format '{{.Label "io.stackpin.profile"}}' \
         | grep -vx -- "$profile" | head -n 1 || true)
     [ -z "$other" ] \
