@@ -26,7 +26,7 @@ to_bytes() {  # 32g, 16G, 64gb, 1024m, 512k, 1000 -> bytes
 
 gib() { awk -v b="$1" 'BEGIN { printf "%.1f GiB", b / 1073741824 }'; }
 
-for tool in sha256sum zstd docker; do
+for tool in sha256sum zstd "$ENGINE"; do
     command -v "$tool" >/dev/null 2>&1 || { say FAIL "$tool: not installed"; FAILED=1; }
 done
 if openssl_verifies_ed25519; then
@@ -44,10 +44,14 @@ for want in "${BUNDLE_CPU_ARCHES[@]}"; do
     if [ "$machine" = "$want" ]; then say PASS "cpu: $machine"; else fail "cpu: this host is $machine, the images are $want"; fi
 done
 
-if server=$(docker version --format '{{.Server.Version}}' 2>/dev/null) && [ -n "$server" ]; then
+# Both engines answer .Server.Version (Podman: its own version); the oldest tested differ.
+oldest=20 && [ "$ENGINE" = podman ] && oldest=4
+if server=$(engine version --format '{{.Server.Version}}' 2>/dev/null) && [ -n "$server" ]; then
     major=${server%%.*}
-    if [ "${major:-0}" -ge 20 ] 2>/dev/null; then say PASS "docker: engine $server"
-    else say WARN "docker: engine $server is older than 20.10, the oldest version tested"; fi
+    if [ "${major:-0}" -ge "$oldest" ] 2>/dev/null; then say PASS "$ENGINE: engine $server"
+    else say WARN "$ENGINE: engine $server is older than $oldest, the oldest major version tested"; fi
+elif [ "$ENGINE" = podman ]; then
+    fail "podman: it does not answer (podman info says why), or this user may not use it"
 else
     fail "docker: no engine answers (start it: systemctl start docker), or this user may not use it"
 fi
@@ -64,7 +68,15 @@ for platform in "${BUNDLE_PLATFORMS[@]}"; do
                 else fail "dtk: /opt/hyhal is missing: install the DCU driver package (hyhal)"; fi
             fi ;;
         cuda)
-            if docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia \
+            if [ "$ENGINE" = podman ]; then
+                # Podman reaches NVIDIA cards through CDI, not a runtime; the profiles'
+                # --gpus flag is Docker's (Podman 4.3 lacks it).
+                if ls /etc/cdi/*.yaml /var/run/cdi/*.yaml >/dev/null 2>&1; then
+                    say WARN "cuda: a CDI spec is present, but the profiles pass Docker's --gpus, which Podman 4.x lacks: run CUDA profiles with Docker"
+                else
+                    fail "cuda: no CDI spec for Podman (nvidia-ctk cdi generate), and the profiles pass Docker's --gpus: run CUDA profiles with Docker"
+                fi
+            elif engine info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia \
                 || command -v nvidia-container-cli >/dev/null 2>&1; then
                 say PASS "cuda: NVIDIA container runtime present"
             else
@@ -94,7 +106,9 @@ for size in "${BUNDLE_SHM_SIZES[@]}"; do
     fi
 done
 
-root_dir=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || true)
+# Where the engine unpacks images: Docker's root dir, Podman's graph root.
+root_field='{{.DockerRootDir}}' && [ "$ENGINE" = podman ] && root_field='{{.Store.GraphRoot}}'
+root_dir=$(engine info --format "$root_field" 2>/dev/null || true)
 free=$(df -Pk "${root_dir:-/nonexistent}" 2>/dev/null | awk 'NR == 2 { printf "%.0f\n", $4 * 1024 }')
 need_bytes=$BUNDLE_UNPACKED_BYTES
 if [ -z "$free" ]; then
@@ -102,7 +116,7 @@ if [ -z "$free" ]; then
 elif [ "$free" -lt "$need_bytes" ]; then
     fail "disk: $(gib "$free") free in $root_dir, the images unpack to $(gib "$need_bytes")"
 elif [ "$free" -lt $((need_bytes * 2)) ]; then
-    say WARN "disk: $(gib "$free") free in $root_dir; docker load stages the archive first, up to $(gib $((need_bytes * 2)))"
+    say WARN "disk: $(gib "$free") free in $root_dir; $ENGINE load stages the archive first, up to $(gib $((need_bytes * 2)))"
 else
     say PASS "disk: $(gib "$free") free in $root_dir, images unpack to $(gib "$need_bytes")"
 fi

@@ -60,8 +60,9 @@ def test_export_writes_the_layout_and_a_manifest_covering_every_file(tmp_path, s
     files = _files(out)
     assert files == sorted([
         "README.md", "SHA256SUMS", "images.tar.zst", "manifest.json", "manifest.sig",
-        "bin/bundle.conf", "bin/profiles/stable.conf", "bin/lib.sh", "bin/load.sh",
-        "bin/preflight.sh", "bin/start.sh", "bin/stop.sh", "bin/verify.sh",
+        "bin/bundle.conf", "bin/profiles/stable.conf", "bin/inventory.sh", "bin/lib.sh",
+        "bin/load.sh", "bin/preflight.sh", "bin/pull.sh", "bin/push.sh", "bin/registry.sh",
+        "bin/start.sh", "bin/stop.sh", "bin/verify.sh",
         f"dockerfiles/{CPU_CELL}-stable.Dockerfile", f"locks/{CPU_CELL}.lock",
         f"locks/{CPU_CELL}.cell.json", f"sbom/{CPU_CELL}-stable.cdx.json", f"reports/{CPU_CELL}-stable/report.json",
         f"reports/{CPU_CELL}-stable/verified.json",

@@ -52,6 +52,11 @@ def bundle_conf(images: Sequence[BundleImage], stream: StreamStats) -> str:
     text += shell_assign("BUNDLE_HOST_PATHS", volumes)
     shm = sorted({str(i.run.get("shm_size") or "") for i in images} - {""})
     text += shell_assign("BUNDLE_SHM_SIZES", shm)
+    # A delta bundle: the layers it left out, which load.sh and push.sh require at the site
+    # (parallel arrays: chain ID, the key a store holds it by; diff ID, its blob digest).
+    base = sorted({(b.chain_id, b.diff_id) for i in images for b in i.base_layers})
+    text += shell_assign("BUNDLE_BASE_CHAINS", [chain for chain, _ in base])
+    text += shell_assign("BUNDLE_BASE_DIFFS", [diff for _, diff in base])
     return text
 
 
