@@ -190,6 +190,47 @@ def test_causal_aligned_top_left_fails_every_causal_case_only(monkeypatch):
         assert result.status == ("fail" if name.endswith(".causal") else "pass"), name
 
 
+def _keyword_varlen_module() -> types.ModuleType:
+    """A stand-in shaped like FlashAttention 4: ``qv`` fourth, so the offsets come only by
+    keyword (the suite calls every package that way, through flashpkg)."""
+
+    def varlen(q, k, v, qv=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+               max_seqlen_k=None, causal=False):
+        assert qv is None, "the offsets were handed over as qv"
+        return _varlen_honest(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              causal=causal), None
+
+    module = _flash_module(varlen=varlen)
+    return module
+
+
+def _through_flashpkg(monkeypatch, fault: str | None) -> dict[str, CheckResult]:
+    """As a real run calls it: sitecustomize patches the package at start-up, then the
+    suite loads it through flashpkg, which passes the offsets by keyword."""
+    from stackpin_verify import flashpkg
+
+    monkeypatch.setitem(sys.modules, "flash_attn", _keyword_varlen_module())
+    if fault:
+        verify_helpers.apply_fault(monkeypatch, fault)
+    return _varlen_results(flashpkg.load("flash_attn"))
+
+
+def test_varlen_faults_fail_by_their_numbers_when_called_by_keyword(monkeypatch):
+    """A fault wrapper taking the offsets only by position made every case fail with its
+    own TypeError on the device, which proved nothing about the criterion."""
+    honest = _through_flashpkg(monkeypatch, None)
+    assert all(r.status == "pass" for r in honest.values()), honest
+    with monkeypatch.context() as m:
+        ignored = _through_flashpkg(m, "flash_cu_seqlens_k_ignored")
+    assert all(r.status == "fail" for r in ignored.values())
+    assert not any("TypeError" in r.reason for r in ignored.values()), ignored
+    with monkeypatch.context() as m:
+        top_left = _through_flashpkg(m, "flash_causal_top_left")
+    for name, result in top_left.items():
+        assert result.status == ("fail" if name.endswith(".causal") else "pass"), name
+        assert "Error" not in (result.reason or ""), result.reason
+
+
 def test_sdpas_own_causal_flag_is_top_left_so_the_reference_is_written_out():
     # torch's is_causal on a 1 x 3 score matrix lets the one query see only key 0; the
     # bottom-right definition lets it see all three. A stand-in built on it must fail.
