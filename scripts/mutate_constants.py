@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ast
 import concurrent.futures
+import functools
 import json
 import math
 import os
@@ -169,6 +170,7 @@ def _numeric(node: ast.AST) -> float | int | None:
     return value
 
 
+@functools.cache
 def module_constants(module: str) -> dict[str, ast.expr]:
     """Module-level NAME = value assignments that hold at least one number."""
     tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
@@ -271,6 +273,7 @@ def apply(source: str, mutant: Mutant) -> str:
 # --- which tests can reach a constant ----------------------------------------------------
 
 
+@functools.cache
 def _imports(path: Path) -> set[str]:
     """The stackpin_verify modules a file imports, by name."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -288,6 +291,7 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
+@functools.cache
 def reaching(module: str) -> set[str]:
     """Every stackpin_verify module whose imports lead (transitively) to ``module``."""
     graph = {p.stem: _imports(p) for p in PACKAGE.glob("*.py")}
@@ -302,6 +306,7 @@ def reaching(module: str) -> set[str]:
     return reach
 
 
+@functools.cache
 def test_files(module: str) -> list[str]:
     """The verify test files that import a module reaching ``module``; those importing it
     directly first (with -x a killed mutant stops at the first failure)."""
@@ -319,6 +324,7 @@ def test_files(module: str) -> list[str]:
     return direct + indirect
 
 
+@functools.cache
 def readers(module: str, constant: str) -> list[str]:
     """mutmut's names of the functions that read the constant: in its module, in modules
     that import it by name or read ``module.CONSTANT``, and through module-level constants
@@ -360,6 +366,7 @@ def _reads(tree: ast.AST, names: set[str], constant: str, module: str) -> bool:
     return False
 
 
+@functools.cache
 def direct_tests(module: str, constant: str) -> set[str]:
     """The test functions that read the constant themselves (``level4.TOLERANCE[kind]``,
     or imported by name): no function trace shows them."""
@@ -384,7 +391,7 @@ def selected_tests(mutant: Mutant, stats: dict[str, list[str]] | None) -> list[s
     the test files."""
     if stats is None:
         return test_files(mutant.module)
-    tests: set[str] = direct_tests(mutant.module, mutant.constant)
+    tests: set[str] = set(direct_tests(mutant.module, mutant.constant))
     files: set[str] = set()
     for reader in readers(mutant.module, mutant.constant):
         if reader in stats:

@@ -33,6 +33,16 @@ rm -rf "$work/tests" "$work/src"
 cp -rp "$root/tests" "$work/tests"
 cp -rp "$root/src" "$work/src"
 find "$work/tests" "$work/src" -name __pycache__ -prune -exec rm -rf {} +
+# mutmut regenerates a module's mutants only when its source is newer than its copy in
+# mutants/, and traces again only for new tests: a module added to the list since an earlier
+# run in this MUTATION_DIR was copied there unmutated and would stay so, its functions traced
+# by no test ("no tests" for every mutant). Its copy goes, and the stats with it.
+for module in "${modules[@]}"; do
+    copy="$work/mutants/stackpin_verify/$module.py"
+    if [ -f "$copy" ] && ! grep -q mutmut "$copy"; then
+        rm -f "$copy" "$work/mutants/mutmut-stats.json"
+    fi
+done
 
 tests=()
 for path in "$root"/tests/unit/test_verify_*.py; do
