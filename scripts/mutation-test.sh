@@ -9,7 +9,8 @@
 # runs in a scratch tree where the package sits at the top: MUTATION_DIR (default: a new
 # temporary directory) gets a copy of verify/stackpin_verify, tests/ and pyproject.toml with
 # the [tool.mutmut] table below. The checkout itself is never mutated. A second run in the
-# same MUTATION_DIR continues where the first stopped (mutmut keeps its results there).
+# same MUTATION_DIR with no globs continues where the first stopped: it names only the scored
+# mutants without a result (mutmut keeps its results there, and re-runs what it is named).
 # MUTATION_JOBS sets the parallel workers (default: all cores), PYTHON the interpreter. Prints the score per module
 # (scripts/mutation_score.py) at the end.
 set -euo pipefail
@@ -89,7 +90,17 @@ echo "mutation testing in $work ($jobs workers)"
 cd "$work"
 start=$(date +%s)
 status=0
-if [ "$#" -eq 0 ]; then
+if [ "$#" -eq 0 ] && compgen -G "$work/mutants/stackpin_verify/*.py.meta" > /dev/null; then
+    # A run here before: mutmut re-runs whatever a name selects, so name only the scored
+    # mutants it has not judged yet (a run stopped at a time limit continues).
+    mapfile -t globs < <("$python" "$root/scripts/mutation_score.py" --pending "$work/mutants")
+    echo "continuing: ${#globs[@]} scored mutants not yet judged"
+    if [ "${#globs[@]}" -eq 0 ]; then
+        "$python" "$root/scripts/mutation_score.py" "$work/mutants"
+        exit 0
+    fi
+    set -- "${globs[@]}"
+elif [ "$#" -eq 0 ]; then
     # The scored functions only (scripts/mutation_score.py SCORED); name globs to narrow.
     mapfile -t globs < <("$python" "$root/scripts/mutation_score.py" --globs)
     set -- "${globs[@]}"

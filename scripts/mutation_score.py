@@ -3,6 +3,7 @@
 usage: python scripts/mutation_score.py MUTANTS_DIR [--list survived|all] [--json RAW.json]
        python scripts/mutation_score.py --globs    (mutmut name patterns of the scored set)
        python scripts/mutation_score.py --modules  (the modules mutmut mutates: SCORED's)
+       python scripts/mutation_score.py --pending MUTANTS_DIR  (scored mutants not yet judged)
 
 MUTANTS_DIR is the ``mutants/`` folder that ``scripts/mutation-test.sh`` leaves in its
 scratch tree. mutmut mutates whole modules; the score the issue asks for (>= 90 %) counts the
@@ -85,6 +86,15 @@ EQUIVALENT: dict[str, str] = {
 
 KILLED = {1, 3, 24, -24, 152, 255, 36}  # test failure, pytest error, timeouts
 SURVIVED = {0}
+
+
+NO_TESTS, TYPE_CHECKED = 33, 37  # judged: no test reaches it / the type checker caught it
+
+
+def pending(code: int | None) -> bool:
+    """Not judged yet: never run, or cut short (an interrupted worker's code is neither a
+    test failure nor a pass)."""
+    return classify(code) in ("unchecked", "other") and code not in (NO_TESTS, TYPE_CHECKED)
 
 
 def function_of(key: str) -> tuple[str, str]:
@@ -170,7 +180,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--list", choices=("survived", "all"), default="survived")
     parser.add_argument("--globs", action="store_true")
     parser.add_argument("--modules", action="store_true")
+    parser.add_argument("--pending", action="store_true",
+                        help="print the scored mutants of MUTANTS_DIR no run has judged yet")
     parser.add_argument("--json", type=Path, help="write the raw results and the score here")
+    parser.add_argument("--checked-only", action="store_true",
+                        help="--json lists only the mutants a run judged (a narrow run)")
     args = parser.parse_args(argv)
     if args.globs:
         print("\n".join(mutant_globs()))
@@ -181,6 +195,12 @@ def main(argv: list[str]) -> int:
     if args.mutants is None:
         parser.error("MUTANTS_DIR is required")
     results = load(args.mutants)
+    if args.pending:
+        # mutmut re-runs every mutant a name or glob selects: a run that stopped continues
+        # by naming only those without a result.
+        print("\n".join(key for key, code in sorted(results.items())
+                        if pending(code) and scored(*function_of(key))))
+        return 0
     if not results:
         print(f"no mutmut results under {args.mutants}", file=sys.stderr)
         return 2
@@ -206,7 +226,9 @@ def main(argv: list[str]) -> int:
     print(score_line("scored", total))
     print(score_line("(other)", unscored))
     if args.json:
-        args.json.write_text(json.dumps(raw_record(results, per_module, total, unscored),
+        raw = {k: v for k, v in results.items() if v is not None} if args.checked_only \
+            else results
+        args.json.write_text(json.dumps(raw_record(raw, per_module, total, unscored),
                                         indent=1, sort_keys=True) + "\n", encoding="utf-8")
     if listed:
         print("not killed (scored):")
