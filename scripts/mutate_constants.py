@@ -386,18 +386,19 @@ def direct_tests(module: str, constant: str) -> set[str]:
 
 def selected_tests(mutant: Mutant, stats: dict[str, list[str]] | None) -> list[str]:
     """With mutmut's stats (which tests ran each function, traced): the tests that ran a
-    function reading the constant, and those reading it themselves; a reader mutmut did not
-    trace (a module it does not mutate) brings in its module's test files. Without stats:
-    the test files."""
+    function reading the constant, and those reading it themselves. A reader in a module
+    mutmut does not mutate (so never traced) brings in its module's test files; one in a
+    mutated module that no test ran brings none (GPU-only code, the golden writer)."""
     if stats is None:
         return test_files(mutant.module)
     tests: set[str] = set(direct_tests(mutant.module, mutant.constant))
     files: set[str] = set()
     for reader in readers(mutant.module, mutant.constant):
+        module = reader.split(".")[1]
         if reader in stats:
             tests.update(stats[reader])
-        else:
-            files.update(test_files(reader.split(".")[1].split("\u01c1")[0]))
+        elif module not in SCORED:
+            files.update(test_files(module))
     tests = {t for t in tests if t.split("::")[0] not in files}
     return sorted(files) + sorted(tests)
 

@@ -66,6 +66,9 @@ _P = "stackpin_verify."
 _NAN = 'float("NAN") is the same NaN as float("nan")'
 _TO_NONE = ".to(None) keeps the dtype; the subtraction promotes to the reference's dtype anyway"
 _TMP_PREFIX = "the temporary directory's name prefix"
+_PROBE = "capability.unsupported never reads what the probe returns, only what it raises"
+_SAME_SPANS = ("zip(..., strict) loosened: VARLEN_Q and VARLEN_K hold three lengths each "
+               "(test_uneven_varlen_cases_have_their_own_key_lengths_and_a_decode_row)")
 EQUIVALENT: dict[str, str] = {
     _P + "level0.x__arch_key__mutmut_9": "split(':') keeps the same first field",
     _P + "level0.x__arch_key__mutmut_12": "split(':', 2) keeps the same first field",
@@ -74,6 +77,12 @@ EQUIVALENT: dict[str, str] = {
     _P + "level5.x_check_adapter_roundtrip__mutmut_3": _TMP_PREFIX,
     _P + "level5.x_check_adapter_roundtrip__mutmut_4": _TMP_PREFIX,
     _P + "level5.x_check_adapter_roundtrip__mutmut_5": _TMP_PREFIX,
+    _P + "dtk_env.x_source_script__mutmut_5": "check=None is falsy as check=False",
+    _P + "dtk_env.x_source_script__mutmut_9": "without check=, subprocess.run's default is False",
+    _P + "masked.x_check_varlen_qk__mutmut_8": _PROBE,
+    _P + "masked.x_check_varlen_qk__mutmut_70": _SAME_SPANS,
+    _P + "masked.x_check_varlen_qk__mutmut_73": _SAME_SPANS,
+    _P + "masked.x_check_varlen_qk__mutmut_74": _SAME_SPANS,
     _P + "level6.x_detect_degenerate__mutmut_5": "all ids are equal there: ids[1] == ids[0]",
     _P + "level6.x_detect_degenerate__mutmut_7": "no character equals the initial run_char "
                                                  "'XXXX' either, so the first run starts at 1",

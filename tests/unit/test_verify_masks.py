@@ -16,7 +16,7 @@ import verify_helpers
 
 from stackpin_verify import attention_range, level3, masked
 from stackpin_verify.attention import sdpa
-from stackpin_verify.checks import CheckResult, run_check
+from stackpin_verify.checks import CheckFailed, CheckResult, run_check
 from stackpin_verify.context import tiny_work_threads
 
 CTX = verify_helpers.cpu_context()
@@ -322,3 +322,53 @@ def test_flash_range_runs_flash_attn_func_on_bshd():
     results = attention_range.run(CTX, "flash", ["bf16"], fn, lambda dtype: None)
     assert [r.status for r in results] == ["pass", "pass"]
     assert calls[0] == ((2, 113, 4, 64), False)
+
+
+# --- what mutation testing found unpinned (docs/verification.md) ---------------------------
+
+
+class _Reached(Exception):
+    pass
+
+
+def _recording_module(seen: dict) -> types.ModuleType:
+    def varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
+        seen.update(q=(q.device, q.dtype, tuple(q.shape)), k=(k.device, k.dtype, tuple(k.shape)),
+                    cu_q=(cu_q.device, cu_q.dtype), cu_k=(cu_k.device, cu_k.dtype),
+                    max_q=max_q, max_k=max_k, causal=causal)
+        raise _Reached
+
+    return _flash_module(varlen=varlen)
+
+
+def test_uneven_varlen_inputs_and_offsets_live_on_the_runs_device(monkeypatch):
+    """On CPU every tensor left to the default device is where the inputs are anyway; the
+    meta device stands in for the accelerator, where a CPU offsets tensor reaches the kernel."""
+    from stackpin_verify import capability
+
+    asked: list[tuple[str, torch.device]] = []
+    monkeypatch.setattr(capability, "unsupported",
+                        lambda name, device, probe: asked.append((name, device)))
+    meta = torch.device("meta")
+    ctx = verify_helpers.cpu_context()
+    ctx.device = meta
+    seen: dict = {}
+    with pytest.raises(CheckFailed, match="FlashAttention varlen failed: _Reached"):
+        masked.check_varlen_qk(ctx, _recording_module(seen), "bf16", causal=True, gqa=True)
+    assert asked == [("bf16", meta)]
+    assert seen == {
+        "q": (meta, torch.bfloat16, (sum(masked.VARLEN_Q), 8, 64)),
+        "k": (meta, torch.bfloat16, (sum(masked.VARLEN_K), 2, 64)),
+        "cu_q": (meta, torch.int32), "cu_k": (meta, torch.int32),
+        "max_q": max(masked.VARLEN_Q), "max_k": max(masked.VARLEN_K), "causal": True,
+    }
+
+
+def test_uneven_varlen_skips_where_the_dtype_is_unsupported_saying_why(monkeypatch):
+    from stackpin_verify import capability
+
+    monkeypatch.setattr(capability, "unsupported",
+                        lambda name, device, probe: f"no {name} on this device")
+    results = _varlen_results(_recording_module({}))
+    assert {r.status for r in results.values()} == {"skip"}
+    assert {r.reason for r in results.values()} == {"no bf16 on this device"}
