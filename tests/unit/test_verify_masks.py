@@ -372,3 +372,22 @@ def test_uneven_varlen_skips_where_the_dtype_is_unsupported_saying_why(monkeypat
     results = _varlen_results(_recording_module({}))
     assert {r.status for r in results.values()} == {"skip"}
     assert {r.reason for r in results.values()} == {"no bf16 on this device"}
+
+
+def test_range_cases_skip_where_the_dtype_is_unsupported_saying_why():
+    results = attention_range.run(CTX, "sdpa", ["bf16"], sdpa, lambda dtype: f"no {dtype} here")
+    assert [(r.status, r.reason) for r in results] == [("skip", "no bf16 here")] * 2
+
+
+def test_range_inputs_live_on_the_runs_device():
+    seen: list[tuple[torch.device, torch.dtype]] = []
+
+    def recording(q, k, v):
+        seen.append((q.device, q.dtype))
+        raise _Reached
+
+    ctx = verify_helpers.cpu_context()
+    ctx.device = torch.device("meta")
+    results = attention_range.run(ctx, "sdpa", ["bf16"], recording, lambda dtype: None)
+    assert seen == [(torch.device("meta"), torch.bfloat16)] * 2
+    assert results[0].reason == "attention at the top of the bf16 range raised _Reached: "
