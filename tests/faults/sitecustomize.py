@@ -222,13 +222,39 @@ def flash_edge_patches(fault: str) -> list[tuple[Any, str, Any]]:
     return [(flash_attn, "flash_attn_varlen_func", wrap(varlen))]
 
 
-def _cu_k_ignored(fn: Any) -> Any:
+_VARLEN_OFFSETS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
+
+
+def _varlen_rewrite(fn: Any, rewrite: Any) -> Any:
+    """A varlen entry point whose offsets ``rewrite(q, k, v, offsets, kwargs)`` changes,
+    called back the way it was called: FlashAttention 2 takes the offsets by position,
+    the suite (flashpkg) passes them by keyword because FlashAttention 4 takes ``qv``
+    fourth. A wrapper taking only one style would fail the check with its own TypeError,
+    not with the fault it stands for."""
+
     @functools.wraps(fn)
-    def wrapper(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: Any, max_k: Any,
-                *args: Any, **kwargs: Any) -> Any:
-        return fn(q, k, v, cu_q, cu_q, max_q, max_q, *args, **kwargs)
+    def wrapper(q: Any, k: Any, v: Any, *args: Any, **kwargs: Any) -> Any:
+        positional = len(args) >= len(_VARLEN_OFFSETS)
+        if positional:
+            offsets = dict(zip(_VARLEN_OFFSETS, args, strict=False))
+            args = args[len(_VARLEN_OFFSETS):]
+        else:
+            offsets = {name: kwargs.pop(name) for name in _VARLEN_OFFSETS}
+        q, k, v, offsets = rewrite(q, k, v, offsets, kwargs)
+        if positional:
+            return fn(q, k, v, *(offsets[n] for n in _VARLEN_OFFSETS), *args, **kwargs)
+        return fn(q, k, v, *args, **offsets, **kwargs)
 
     return wrapper
+
+
+def _cu_k_ignored(fn: Any) -> Any:
+    def rewrite(q: Any, k: Any, v: Any, offsets: dict[str, Any], kwargs: Any) -> Any:
+        keys_as_queries = dict(offsets, cu_seqlens_k=offsets["cu_seqlens_q"],
+                               max_seqlen_k=offsets["max_seqlen_q"])
+        return q, k, v, keys_as_queries
+
+    return _varlen_rewrite(fn, rewrite)
 
 
 def _causal_top_left(fn: Any) -> Any:
@@ -236,11 +262,10 @@ def _causal_top_left(fn: Any) -> Any:
     of the whole (where a sequence has more queries than keys, it is left alone)."""
     import torch
 
-    @functools.wraps(fn)
-    def wrapper(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: Any, max_k: Any,
-                *args: Any, **kwargs: Any) -> Any:
+    def rewrite(q: Any, k: Any, v: Any, offsets: dict[str, Any], kwargs: Any) -> Any:
         if not kwargs.get("causal"):
-            return fn(q, k, v, cu_q, cu_k, max_q, max_k, *args, **kwargs)
+            return q, k, v, offsets
+        cu_q, cu_k = offsets["cu_seqlens_q"], offsets["cu_seqlens_k"]
         starts_q, starts_k = cu_q.tolist(), cu_k.tolist()
         keep = []
         for i in range(len(starts_q) - 1):
@@ -250,9 +275,10 @@ def _causal_top_left(fn: Any) -> Any:
         index = torch.cat(keep).to(k.device)
         cut = torch.tensor([0, *torch.tensor([len(x) for x in keep]).cumsum(0).tolist()],
                            dtype=cu_k.dtype, device=cu_k.device)
-        return fn(q, k[index], v[index], cu_q, cut, max_q, max_q, *args, **kwargs)
+        cut_offsets = dict(offsets, cu_seqlens_k=cut, max_seqlen_k=offsets["max_seqlen_q"])
+        return q, k[index], v[index], cut_offsets
 
-    return wrapper
+    return _varlen_rewrite(fn, rewrite)
 
 
 LORA_FAULTS = ("lora_A_frozen", "lora_layer1_frozen", "adamw_skips_half", "adapter_saved_stale")

@@ -512,3 +512,28 @@ def test_gqa_is_recognised_by_head_counts_whatever_the_sequence_length():
         q, k, v = make_qkv(shape_q, shape_kv, dtype=torch.float64, device=torch.device("cpu"))
         want = math_attention(q, k, v, causal=False)
         assert torch.allclose(sdpa(q, k, v, causal=False), want, atol=1e-12)
+
+
+def test_varlen_offsets_are_int32_on_the_device_of_the_inputs():
+    """FlashAttention reads cu_seqlens on the device, as int32. On CPU an offsets tensor left
+    on the default device is where the inputs are anyway, so the meta device stands in for
+    the accelerator, where a CPU tensor would reach the kernel."""
+    seen: dict[str, object] = {}
+
+    class Reached(Exception):
+        pass
+
+    def varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
+        seen.update(device_q=cu_q.device, device_k=cu_k.device, dtype_q=cu_q.dtype,
+                    dtype_k=cu_k.dtype, max_q=max_q, max_k=max_k, causal=causal)
+        raise Reached
+
+    module = types.ModuleType("flash_attn")
+    module.flash_attn_varlen_func = varlen
+    case = level3.Case("flash", "bf16", "varlen", 113, 64, True)
+    meta = torch.device("meta")
+    q, k, v = make_qkv([3, 113, 8, 64], [3, 113, 8, 64], dtype=torch.bfloat16, device=meta)
+    with pytest.raises(Reached):
+        level3._compare_varlen(module, q, k, v, case)
+    assert seen == {"device_q": meta, "device_k": meta, "dtype_q": torch.int32,
+                    "dtype_k": torch.int32, "max_q": 113, "max_k": 113, "causal": True}

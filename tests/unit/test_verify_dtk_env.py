@@ -213,3 +213,113 @@ def test_the_clean_shell_sees_none_of_this_process(monkeypatch, tmp_path):
 def test_env0_parsing_keeps_newlines_and_drops_the_shells_own():
     raw = b"A=1\0B=two\nlines\0SHLVL=1\0_=/usr/bin/env\0PWD=/\0"
     assert dtk_env.parse_env0(raw) == {"A": "1", "B": "two\nlines"}
+
+
+# --- what mutation testing found unpinned (docs/verification.md) ---------------------------
+
+
+def test_passing_metrics_in_full(monkeypatch, dtk):
+    root, script = dtk
+    result = _check(monkeypatch, script, sourced_environ(script))
+    assert result.metrics == {
+        "env_script": str(script),
+        "exported": ["HIP_PATH", "LD_LIBRARY_PATH", "PATH", "ROCM_PATH", "TRITON_HIP_LLD_PATH"],
+        "root": str(root),
+        "dtk_version_cell": "26.04",
+        "dtk_version_paths": {"ROCM_PATH": "26.04", "HIP_PATH": "26.04"},
+        "missing": [],
+    }
+
+
+def test_the_processs_triton_linker_counts_when_the_script_sets_none(monkeypatch, tmp_path):
+    """The entrypoint may set TRITON_HIP_LLD_PATH itself: then ld.lld is where it points,
+    not necessarily in the tree."""
+    root = make_tree(tmp_path / "dtk-26.04", tuple(f for f in TREE_FILES if "ld.lld" not in f))
+    lld = make_tree(tmp_path / "elsewhere", ("ld.lld",)) / "ld.lld"
+    script = tmp_path / "env.sh"
+    script.write_text(f"export ROCM_PATH={root}\n")
+    environ = {"ROCM_PATH": str(root), "TRITON_HIP_LLD_PATH": str(lld)}
+    result = _check(monkeypatch, script, environ)
+    assert result.status == "pass", result.reason
+    assert result.metrics["missing"] == []
+
+
+def test_the_scripts_triton_linker_wins_over_the_tree(monkeypatch, tmp_path):
+    # The script names a linker that is not there; another ld.lld in the tree must not
+    # stand in for it (triton links with the one the variable names).
+    files = (*(f for f in TREE_FILES if "ld.lld" not in f), "lib/llvm/bin/ld.lld")
+    root = make_tree(tmp_path / "dtk-26.04", files)
+    script = write_script(tmp_path / "env.sh", root)
+    environ = {k: v for k, v in sourced_environ(script).items() if k != "TRITON_HIP_LLD_PATH"}
+    result = _check(monkeypatch, script, environ)
+    assert result.metrics["missing"] == [
+        f"ld.lld (TRITON_HIP_LLD_PATH={root}/llvm/bin/ld.lld is no file named ld.lld)"
+    ]
+
+
+def test_reasons_word_for_word_when_several_things_are_wrong(monkeypatch, tmp_path):
+    root = make_tree(tmp_path / "dtk-26.04", ("lib/libamdhip64.so.6", "llvm/bin/ld.lld"))
+    script = tmp_path / "env.sh"
+    script.write_text(f"export ROCM_PATH={root}\nexport HIP_PATH={root}\n")
+    result = _check(monkeypatch, script, {"ROCM_PATH": "/opt/rocm", "HIP_PATH": "/opt/rocm"})
+    assert result.reason == (
+        f"DTK environment is stale (not what {script} sets now): "
+        f"HIP_PATH='/opt/rocm', the script sets '{root}'; "
+        f"ROCM_PATH='/opt/rocm', the script sets '{root}'; "
+        "source the cell's script again (a base image's or an older DTK's variables); "
+        f"DTK tree {root} lacks: hipcc (bin/hipcc or hip/bin/hipcc); device libraries "
+        "(amdgcn/bitcode/ocml.bc or lib/llvm/amdgcn/bitcode/ocml.bc or "
+        "llvm/amdgcn/bitcode/ocml.bc)"
+    )
+    assert dtk_env.judge_all(["a", None, "b"]) == "a; b"
+
+
+def test_a_search_path_lost_entirely_is_named(monkeypatch, dtk):
+    _, script = dtk
+    environ = {k: v for k, v in sourced_environ(script).items() if k != "LD_LIBRARY_PATH"}
+    result = _check(monkeypatch, script, environ)
+    assert result.status == "fail"
+    assert "LD_LIBRARY_PATH lacks " in result.reason
+
+
+def test_only_what_the_script_changed_counts_as_exported():
+    clean = {"PATH": "/usr/bin:/bin"}
+    assert dtk_env.exported_by({"PATH": "/usr/bin:/bin", "A": "1"}, clean) == {"A": "1"}
+    assert dtk_env.exported_by({"PATH": "/x:/usr/bin:/bin"}, clean) == {"PATH": "/x:/usr/bin:/bin"}
+
+
+@pytest.mark.parametrize(("found", "cell", "same"), [
+    ("26.04", "26.04", True), ("26.04.1", "26.04", True), ("26.04", "26.04.1", True),
+    ("26.0", "26.04", False), ("24.04", "26.04", False),
+])
+def test_a_patch_release_matches_either_way(found, cell, same):
+    assert (dtk_env.judge_version({"ROCM_PATH": found}, cell) is None) is same
+
+
+def test_version_from_the_name_when_the_target_has_none(tmp_path):
+    target = make_tree(tmp_path / "data" / "tree")
+    link = tmp_path / "dtk-26.04"
+    link.symlink_to(target)
+    assert dtk_env.versions_in_paths({"ROCM_PATH": str(link)}) == {"ROCM_PATH": "26.04"}
+
+
+def test_env0_values_keep_equals_signs_and_bytes_that_are_not_utf8():
+    assert dtk_env.parse_env0(b"A=b=c\0B=\xff\0") == {"A": "b=c", "B": "\ufffd"}
+
+
+def test_script_that_hangs_fails_at_the_time_limit(monkeypatch, tmp_path):
+    monkeypatch.setattr(dtk_env, "SOURCE_TIMEOUT_S", 0.5)
+    script = tmp_path / "env.sh"
+    script.write_text("sleep 5\n")
+    with pytest.raises(dtk_env.SourceError) as failed:
+        dtk_env.source_script(str(script))
+    assert str(failed.value).startswith(
+        f"sourcing {script} in a clean shell failed: TimeoutExpired: ")
+
+
+def test_a_failing_script_quotes_its_last_two_lines_even_not_utf8(monkeypatch, tmp_path):
+    script = tmp_path / "env.sh"
+    script.write_text("echo one >&2\necho two >&2\nprintf 'three \\377\\n' >&2\nexit 4\n")
+    with pytest.raises(dtk_env.SourceError) as failed:
+        dtk_env.source_script(str(script))
+    assert str(failed.value) == f"sourcing {script} in a clean shell exited 4: two three \ufffd"

@@ -103,3 +103,44 @@ def test_unravel_gives_the_coordinates_of_a_flat_index():
     assert gemm_shapes.unravel(0, (2, 3)) == [0, 0]
     assert gemm_shapes.unravel(5, (2, 3)) == [1, 2]
     assert gemm_shapes.unravel(7, (2, 3, 4)) == [0, 1, 3]
+
+
+def test_gpu_bound_follows_what_torch_lets_the_kernel_do():
+    """TF32 for float32 when torch's matmul precision allows it, and split-K reductions in
+    the input dtype when cuBLAS may use them: each widens the bound only on the GPU (the
+    flags are torch's; a CPU build holds them too, so the branch runs here)."""
+    cuda = torch.device("cuda")
+    matmul = torch.backends.cuda.matmul
+    precision = torch.get_float32_matmul_precision()
+    flags = (matmul.allow_fp16_reduced_precision_reduction,
+             matmul.allow_bf16_reduced_precision_reduction)
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert gemm_shapes.bound_for(torch.float32, cuda).u_acc == 2.0**-24
+        torch.set_float32_matmul_precision("high")
+        assert gemm_shapes.bound_for(torch.float32, cuda).u_acc == 2.0**-11
+        assert gemm_shapes.bound_for(torch.float32, CPU).u_acc == 2.0**-24
+        for allowed in (False, True):
+            matmul.allow_fp16_reduced_precision_reduction = allowed
+            matmul.allow_bf16_reduced_precision_reduction = allowed
+            for dtype, u in ((torch.float16, 2.0**-11), (torch.bfloat16, 2.0**-8)):
+                bound = gemm_shapes.bound_for(dtype, cuda)
+                assert (bound.u_out, bound.u_acc) == (u, 2.0**-24)
+                assert bound.reduction == (gemm_shapes.REDUCTION_ROUNDINGS * u if allowed else 0)
+                assert gemm_shapes.bound_for(dtype, CPU).reduction == 0
+            assert gemm_shapes.bound_for(torch.float32, cuda).reduction == 0
+    finally:
+        torch.set_float32_matmul_precision(precision)
+        (matmul.allow_fp16_reduced_precision_reduction,
+         matmul.allow_bf16_reduced_precision_reduction) = flags
+
+
+def test_operands_are_seeded_in_the_dtype_on_the_device_asked():
+    meta = torch.device("meta")
+    a, b = gemm_shapes.operands((3, 5, 7, 2), torch.bfloat16, meta)
+    assert (a.shape, b.shape) == ((3, 5, 7), (3, 7, 2))
+    assert {a.device, b.device} == {meta} and {a.dtype, b.dtype} == {torch.bfloat16}
+    a2, b2 = gemm_shapes.operands((0, 5, 7, 2), torch.float32, CPU)
+    assert (a2.shape, b2.shape) == ((5, 7), (7, 2))
+    again = gemm_shapes.operands((0, 5, 7, 2), torch.float32, CPU)
+    assert torch.equal(a2, again[0]) and torch.equal(b2, again[1]) and not torch.equal(a2[0], b2[:, 0])

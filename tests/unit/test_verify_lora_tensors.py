@@ -234,3 +234,25 @@ def test_generation_stops_at_eos_per_row():
     assert batched._until([4, 1, 5], 1) == [4]
     assert batched._until([4, 5], 1) == [4, 5]
     assert batched._until([4, 1], None) == [4, 1]
+
+
+def test_the_reloaded_base_is_built_on_the_runs_device_in_its_training_dtype(monkeypatch):
+    """On CPU in float32 a base rebuilt with no device or dtype is the same model; on an
+    accelerator it would be a CPU float32 model under the trained adapter. The run here is
+    in bf16, and every model built must be asked for the run's device and dtype."""
+    from stackpin_verify import tinylm
+
+    built: list[tuple[object, object]] = []
+    real = tinylm.build_model
+
+    def recorded(config, *, dtype, device):
+        built.append((dtype, device))
+        return real(config, dtype=dtype, device=device)
+
+    monkeypatch.setattr(tinylm, "build_model", recorded)
+    monkeypatch.setattr(level5, "LORA_STEPS", 2)
+    ctx = verify_helpers.cpu_context(dtype_choice="bf16")
+    result = run_check("L5.lora.adapter_roundtrip",
+                       functools.partial(level5.check_adapter_roundtrip, ctx))
+    assert built == [(torch.bfloat16, torch.device("cpu"))] * 2  # the trained and the reloaded
+    assert result.status == "pass", result.reason

@@ -16,7 +16,7 @@ import verify_helpers
 
 from stackpin_verify import attention_range, level3, masked
 from stackpin_verify.attention import sdpa
-from stackpin_verify.checks import CheckResult, run_check
+from stackpin_verify.checks import CheckFailed, CheckResult, run_check
 from stackpin_verify.context import tiny_work_threads
 
 CTX = verify_helpers.cpu_context()
@@ -190,6 +190,47 @@ def test_causal_aligned_top_left_fails_every_causal_case_only(monkeypatch):
         assert result.status == ("fail" if name.endswith(".causal") else "pass"), name
 
 
+def _keyword_varlen_module() -> types.ModuleType:
+    """A stand-in shaped like FlashAttention 4: ``qv`` fourth, so the offsets come only by
+    keyword (the suite calls every package that way, through flashpkg)."""
+
+    def varlen(q, k, v, qv=None, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+               max_seqlen_k=None, causal=False):
+        assert qv is None, "the offsets were handed over as qv"
+        return _varlen_honest(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              causal=causal), None
+
+    module = _flash_module(varlen=varlen)
+    return module
+
+
+def _through_flashpkg(monkeypatch, fault: str | None) -> dict[str, CheckResult]:
+    """As a real run calls it: sitecustomize patches the package at start-up, then the
+    suite loads it through flashpkg, which passes the offsets by keyword."""
+    from stackpin_verify import flashpkg
+
+    monkeypatch.setitem(sys.modules, "flash_attn", _keyword_varlen_module())
+    if fault:
+        verify_helpers.apply_fault(monkeypatch, fault)
+    return _varlen_results(flashpkg.load("flash_attn"))
+
+
+def test_varlen_faults_fail_by_their_numbers_when_called_by_keyword(monkeypatch):
+    """A fault wrapper taking the offsets only by position made every case fail with its
+    own TypeError on the device, which proved nothing about the criterion."""
+    honest = _through_flashpkg(monkeypatch, None)
+    assert all(r.status == "pass" for r in honest.values()), honest
+    with monkeypatch.context() as m:
+        ignored = _through_flashpkg(m, "flash_cu_seqlens_k_ignored")
+    assert all(r.status == "fail" for r in ignored.values())
+    assert not any("TypeError" in r.reason for r in ignored.values()), ignored
+    with monkeypatch.context() as m:
+        top_left = _through_flashpkg(m, "flash_causal_top_left")
+    for name, result in top_left.items():
+        assert result.status == ("fail" if name.endswith(".causal") else "pass"), name
+        assert "Error" not in (result.reason or ""), result.reason
+
+
 def test_sdpas_own_causal_flag_is_top_left_so_the_reference_is_written_out():
     # torch's is_causal on a 1 x 3 score matrix lets the one query see only key 0; the
     # bottom-right definition lets it see all three. A stand-in built on it must fail.
@@ -281,3 +322,72 @@ def test_flash_range_runs_flash_attn_func_on_bshd():
     results = attention_range.run(CTX, "flash", ["bf16"], fn, lambda dtype: None)
     assert [r.status for r in results] == ["pass", "pass"]
     assert calls[0] == ((2, 113, 4, 64), False)
+
+
+# --- what mutation testing found unpinned (docs/verification.md) ---------------------------
+
+
+class _Reached(Exception):
+    pass
+
+
+def _recording_module(seen: dict) -> types.ModuleType:
+    def varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
+        seen.update(q=(q.device, q.dtype, tuple(q.shape)), k=(k.device, k.dtype, tuple(k.shape)),
+                    cu_q=(cu_q.device, cu_q.dtype), cu_k=(cu_k.device, cu_k.dtype),
+                    max_q=max_q, max_k=max_k, causal=causal)
+        raise _Reached
+
+    return _flash_module(varlen=varlen)
+
+
+def test_uneven_varlen_inputs_and_offsets_live_on_the_runs_device(monkeypatch):
+    """On CPU every tensor left to the default device is where the inputs are anyway; the
+    meta device stands in for the accelerator, where a CPU offsets tensor reaches the kernel."""
+    from stackpin_verify import capability
+
+    asked: list[tuple[str, torch.device]] = []
+    monkeypatch.setattr(capability, "unsupported",
+                        lambda name, device, probe: asked.append((name, device)))
+    meta = torch.device("meta")
+    ctx = verify_helpers.cpu_context()
+    ctx.device = meta
+    seen: dict = {}
+    with pytest.raises(CheckFailed, match="FlashAttention varlen failed: _Reached"):
+        masked.check_varlen_qk(ctx, _recording_module(seen), "bf16", causal=True, gqa=True)
+    assert asked == [("bf16", meta)]
+    assert seen == {
+        "q": (meta, torch.bfloat16, (sum(masked.VARLEN_Q), 8, 64)),
+        "k": (meta, torch.bfloat16, (sum(masked.VARLEN_K), 2, 64)),
+        "cu_q": (meta, torch.int32), "cu_k": (meta, torch.int32),
+        "max_q": max(masked.VARLEN_Q), "max_k": max(masked.VARLEN_K), "causal": True,
+    }
+
+
+def test_uneven_varlen_skips_where_the_dtype_is_unsupported_saying_why(monkeypatch):
+    from stackpin_verify import capability
+
+    monkeypatch.setattr(capability, "unsupported",
+                        lambda name, device, probe: f"no {name} on this device")
+    results = _varlen_results(_recording_module({}))
+    assert {r.status for r in results.values()} == {"skip"}
+    assert {r.reason for r in results.values()} == {"no bf16 on this device"}
+
+
+def test_range_cases_skip_where_the_dtype_is_unsupported_saying_why():
+    results = attention_range.run(CTX, "sdpa", ["bf16"], sdpa, lambda dtype: f"no {dtype} here")
+    assert [(r.status, r.reason) for r in results] == [("skip", "no bf16 here")] * 2
+
+
+def test_range_inputs_live_on_the_runs_device():
+    seen: list[tuple[torch.device, torch.dtype]] = []
+
+    def recording(q, k, v):
+        seen.append((q.device, q.dtype))
+        raise _Reached
+
+    ctx = verify_helpers.cpu_context()
+    ctx.device = torch.device("meta")
+    results = attention_range.run(ctx, "sdpa", ["bf16"], recording, lambda dtype: None)
+    assert seen == [(torch.device("meta"), torch.bfloat16)] * 2
+    assert results[0].reason == "attention at the top of the bf16 range raised _Reached: "

@@ -111,7 +111,8 @@ def judge_sourced(
     for name, want in sorted(exported.items()):
         have = environ.get(name)
         if name in SEARCH_PATHS:
-            lost = [p for p in want.split(":") if p and p not in (have or "").split(":")]
+            kept = have.split(":") if have else []
+            lost = [p for p in want.split(":") if p and p not in kept]
             if lost:
                 stale.append(f"{name} lacks {':'.join(lost)}")
         elif have != want:
@@ -136,16 +137,15 @@ def cell_dtk_version(platform_version: str, torch_pin: str) -> str | None:
     return f"{major}.{minor}" + (f".{patch}" if patch else "")
 
 
-def versions_in_paths(exported: Mapping[str, str], resolve: bool = True) -> dict[str, str]:
+def versions_in_paths(exported: Mapping[str, str]) -> dict[str, str]:
     """The DTK version each root variable's path names (symlinks resolved first, since
-    /opt/dtk usually points at /opt/dtk-<version>-...)."""
+    /opt/dtk usually points at /opt/dtk-<version>-...; else the name itself)."""
     found = {}
     for name in ROOT_VARS:
         value = exported.get(name)
         if not value:
             continue
-        real = os.path.realpath(value) if resolve else value
-        match = _VERSION.search(real) or _VERSION.search(value)
+        match = _VERSION.search(os.path.realpath(value)) or _VERSION.search(value)
         if match:
             found[name] = match.group(1)
     return found
