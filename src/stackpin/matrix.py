@@ -15,10 +15,11 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from stackpin import platforms
 from stackpin.compat import Compat, compat_problems
-from stackpin.declared import Decoder, Problem, did_you_mean, doc, plain, schema_of
+from stackpin.declared import Decoder, OneOf, Problem, did_you_mean, doc, plain, schema_of
 from stackpin.declared import reference_rows as declared_rows
 from stackpin.errors import ConfigurationError
 from stackpin.matrix_safety import cell_problems, duplicate_ids
@@ -33,7 +34,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 SCHEMA_VERSION = 1
 
-Platform = Literal["dtk", "rocm", "cuda", "cpu"]
+# One spelling per module of stackpin.platforms (a new module adds one).
+Platform = Annotated[str, OneOf(platforms.names)]
 WheelSource = Literal["index", "vendor"]
 BitsAndBytes = Literal["disabled", "index", "vendor"]
 ProvidedBy = Literal["vendor-wheel", "base-image"]
@@ -260,8 +262,9 @@ class Cell:
     )
 
     @property
-    def is_dtk(self) -> bool:
-        return self.platform == "dtk"
+    def spec(self) -> platforms.PlatformSpec:
+        """Everything stackpin knows about the cell's platform (stackpin.platforms)."""
+        return platforms.get(self.platform)
 
     def uses_attention(self, variant: Variant) -> bool:
         """The attention wheel counts only for enhanced: the one home of that rule."""
@@ -281,11 +284,9 @@ class Cell:
 
 
 def visibility_variable(platform: str) -> str:
-    """The variable that chooses cards on this platform ("" on cpu): the HIP runtime reads
-    HIP_VISIBLE_DEVICES, not CUDA_VISIBLE_DEVICES (dcu-facts.md)."""
-    if platform == "cpu":
-        return ""
-    return "CUDA_VISIBLE_DEVICES" if platform == "cuda" else "HIP_VISIBLE_DEVICES"
+    """The variable that chooses cards on this platform ("" without cards): the HIP runtime
+    reads HIP_VISIBLE_DEVICES, not CUDA_VISIBLE_DEVICES (dcu-facts.md)."""
+    return platforms.get(platform).visibility_env
 
 
 def visibility_environment(platform: str, run: RunFlags) -> dict[str, str]:
