@@ -27,8 +27,6 @@ from stackpin.matrix import Cell, Variant, cell_json
 from stackpin.primitives import pretty_json, rfc3339
 from stackpin.servicespec import Service
 
-LABEL_PREFIX = target.LABEL_PREFIX
-
 _LAYER_TEXT: dict[Group, tuple[str, str]] = {
     "vendor": (
         "Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.",
@@ -124,23 +122,23 @@ def image_labels(req: RenderRequest) -> dict[str, str]:
     cell, lock = req.cell, req.lock
     lock_digest = lock.digest if lock else "unlocked"
     labels = {
-        "org.opencontainers.image.title": f"stackpin/{cell.id}",
-        "org.opencontainers.image.description": cell.description,
-        "org.opencontainers.image.version": f"{req.variant}-{lock_digest[:12]}",
-        "org.opencontainers.image.created": rfc3339(cell.source_date_epoch),
-        "org.opencontainers.image.vendor": "stackpin",
-        "org.opencontainers.image.base.name": base_reference(cell),
+        target.OCI_TITLE: f"stackpin/{cell.id}",
+        target.OCI_DESCRIPTION: cell.description,
+        target.OCI_VERSION: f"{req.variant}-{lock_digest[:12]}",
+        target.OCI_CREATED: rfc3339(cell.source_date_epoch),
+        target.OCI_VENDOR: "stackpin",
+        target.OCI_BASE_NAME: base_reference(cell),
         target.LABEL_CELL: cell.id,
         target.LABEL_VARIANT: req.variant,
-        f"{LABEL_PREFIX}.platform": cell.platform,
-        f"{LABEL_PREFIX}.attention": attention_module(cell, req.variant),
+        target.LABEL_PLATFORM: cell.platform,
+        target.LABEL_ATTENTION: attention_module(cell, req.variant),
         target.LABEL_LOCK_DIGEST: lock_digest,
         target.LABEL_SOURCE_DATE_EPOCH: str(cell.source_date_epoch),
         target.LABEL_VERSION: req.stackpin_version,
-        f"{LABEL_PREFIX}.cell-json": cell_json(cell),
+        target.LABEL_CELL_JSON: cell_json(cell),
     }
     if cell.base.digest:
-        labels["org.opencontainers.image.base.digest"] = cell.base.digest
+        labels[target.OCI_BASE_DIGEST] = cell.base.digest
     return labels
 
 
@@ -159,6 +157,9 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
         "platform": cell.platform,
         # The DTK/ROCm/CUDA release the cell targets: verify L0.dtk_env reads it in paths.
         "platform_version": cell.platform_version,
+        # What verify/ needs to know about the platform (its backend, collective, how
+        # devices are passed), from its PlatformSpec: verify/ names no platform itself.
+        "platform_facts": cell.spec.image_facts(),
         "arch": list(cell.arch),
         "lock_digest": lock.digest if lock else "unlocked",
         "torch": torch_version(cell),

@@ -15,7 +15,6 @@ from stackpin_verify import boundary, capability, dtk_env, environment, imports
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import Context
 
-_PLATFORM_BACKEND = {"cpu": "cpu", "cuda": "cuda", "rocm": "rocm", "dtk": "rocm"}
 _SPEC = re.compile(r"^\s*(==|!=|<=|>=|<|>)\s*([0-9][0-9.]*)\s*$")
 
 
@@ -50,10 +49,12 @@ def check_python() -> Metrics:
     return {"version": platform.python_version(), "executable": sys.executable}
 
 
-def judge_backend(backend: str, image_platform: str) -> str | None:
-    expected = _PLATFORM_BACKEND.get(image_platform)
-    if expected is None:
-        return f"image platform {image_platform!r} is not one of {sorted(_PLATFORM_BACKEND)}"
+def judge_backend(backend: str, image_platform: str, expected: str) -> str | None:
+    """``expected`` is the backend the image's platform reports (image.json's
+    platform_facts, from stackpin's platform spec: a DTK build is a HIP build, rocm)."""
+    if not expected:
+        return (f"image platform {image_platform!r}: image.json names no backend for it "
+                "(platform_facts); rebuild the image with this stackpin")
     if backend != expected:
         return (
             f"backend is {backend!r} but the image is built for {image_platform!r} "
@@ -72,7 +73,8 @@ def check_backend(ctx: Context) -> Metrics:
     platform_name = ctx.image_field("platform")
     if platform_name:
         _unsupported_without_devices(ctx)
-        require(judge_backend(ctx.backend, platform_name), metrics)
+        expected = str(ctx.platform_facts.get("backend") or "")
+        require(judge_backend(ctx.backend, platform_name, expected), metrics)
     return metrics
 
 
@@ -83,15 +85,16 @@ NO_DEVICES_ENV = "STACKPIN_NO_DEVICES"
 
 
 def _unsupported_without_devices(ctx: Context) -> None:
-    accelerator = ctx.image_field("platform") in ("cuda", "rocm", "dtk")
+    accelerator = bool(ctx.platform_facts.get("accelerator"))
     if accelerator and not ctx.accelerated and os.environ.get(NO_DEVICES_ENV) == "1":
         msg = "unsupported: no device (the run passed no device flags: --no-devices)"
         raise Skip(msg)
 
 
-def judge_devices(count: int, image_platform: str) -> str | None:
-    if image_platform in ("cuda", "rocm", "dtk") and count == 0:
-        hint = "--gpus" if image_platform == "cuda" else "/dev/kfd, /dev/dri (and /dev/mkfd)"
+def judge_devices(count: int, image_platform: str, facts: Mapping[str, object]) -> str | None:
+    """An accelerator image (``facts``: image.json's platform_facts) must see a device."""
+    if facts.get("accelerator") and count == 0:
+        hint = facts.get("device_hint") or "the platform's device flags"
         return f"{image_platform} image but no device is visible: pass the device flags ({hint})"
     return None
 
@@ -101,7 +104,7 @@ def check_devices(ctx: Context) -> Metrics:
     metrics: Metrics = {"count": len(found), "devices": found}
     if not found:
         _unsupported_without_devices(ctx)
-    require(judge_devices(len(found), ctx.image_field("platform")), metrics)
+    require(judge_devices(len(found), ctx.image_field("platform"), ctx.platform_facts), metrics)
     return metrics
 
 

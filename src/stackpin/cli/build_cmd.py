@@ -26,7 +26,7 @@ from stackpin.cli.progress import StepProgress
 from stackpin.engine.builders import BuilderChoice, select_builder
 from stackpin.engine.buildx import buildx_version
 from stackpin.engine.docker_api import DockerEngine
-from stackpin.target import LABEL_SOURCE_COMMIT, LABEL_VERSION, resolve
+from stackpin.target import LABEL_SOURCE_COMMIT, LABEL_VERSION, OCI_REVISION, resolve
 
 
 def source_commit(root: Path) -> str:
@@ -50,7 +50,7 @@ def source_commit(root: Path) -> str:
 def provenance_labels(root: Path) -> dict[str, str]:
     commit = source_commit(root)
     return {
-        "org.opencontainers.image.revision": commit,
+        OCI_REVISION: commit,
         LABEL_SOURCE_COMMIT: commit,
         LABEL_VERSION: __version__,
     }
