@@ -3,6 +3,15 @@
 # sed, find, sha256sum and (for signatures) openssl. Sourced, never run.
 # shellcheck disable=SC2034  # variables are used by the scripts that source this file
 
+# Exit codes, stackpin's own (stackpin.errors; README): 0 ok, 2 usage, 3 configuration,
+# 6 verification, 7 bundle (refused: damaged, altered, unsigned), 8 host environment.
+# tests/unit/test_parity.py holds them, the caps and the trust order below equal to Python's.
+EXIT_USAGE=2
+EXIT_CONFIGURATION=3
+EXIT_VERIFICATION=6
+EXIT_BUNDLE=7
+EXIT_HOST=8
+
 BUNDLE_BIN=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 BUNDLE=$(dirname -- "$BUNDLE_BIN")
 FAILED=0
@@ -36,9 +45,9 @@ fail() {
     FAILED=1
 }
 
-die() {
+die() {  # MESSAGE: the bundle is refused (exit 7, as stackpin's BundleError)
     say FAIL "$1" >&2
-    exit 1
+    exit "$EXIT_BUNDLE"
 }
 
 die_with() {  # CODE MESSAGE: one line, the documented exit code (README: site scripts)
@@ -58,7 +67,7 @@ if opt_in STACKPIN_INSECURE_UNSIGNED "${STACKPIN_INSECURE_UNSIGNED:-}"; then INS
 if opt_in STACKPIN_ALLOW_HOST_ACCESS "${STACKPIN_ALLOW_HOST_ACCESS:-}"; then ALLOW_HOST_ACCESS=1; fi
 
 need() {  # COMMAND WHY
-    command -v "$1" >/dev/null 2>&1 || die "$1 is not installed: $2"
+    command -v "$1" >/dev/null 2>&1 || die_with "$EXIT_HOST" "$1 is not installed: $2"
 }
 
 # The options every script takes; the rest is left in REST (a "--" and what follows too).
@@ -66,7 +75,7 @@ REST=()
 take_common_args() {
     while [ "$#" -gt 0 ]; do
         case $1 in
-            --pubkey) [ "$#" -ge 2 ] || die "--pubkey needs a file"
+            --pubkey) [ "$#" -ge 2 ] || die_with "$EXIT_USAGE" "--pubkey needs a file"
                 TRUST_PUBKEY=$2; TRUST_ORIGIN=--pubkey; shift 2 ;;
             --pubkey=*) TRUST_PUBKEY=${1#--pubkey=}; TRUST_ORIGIN=--pubkey; shift ;;
             --insecure-unsigned) INSECURE=1; shift ;;
@@ -97,6 +106,15 @@ openssl_verifies_ed25519() {
         && openssl version 2>/dev/null | grep -qE '^OpenSSL (1\.1\.1|[3-9]\.)'
 }
 
+# The trusted key by precedence: --pubkey FILE (take_common_args), then $STACKPIN_PUBKEY
+# (read at the top), then the site trust file; stackpin.bundle.trust.resolve, the same order.
+choose_trusted_key() {
+    if [ -z "$TRUST_PUBKEY" ] && [ -e "$SITE_TRUST_FILE" ]; then
+        TRUST_PUBKEY=$SITE_TRUST_FILE
+        TRUST_ORIGIN="site trust file"
+    fi
+}
+
 # The signature over the exact bytes of manifest.json, against the site's key, before any
 # field of it is read. Fails closed: no key, no signature, a malformed one, no verifier.
 check_trust() {
@@ -107,10 +125,7 @@ check_trust() {
         say WARN "signature: NOT CHECKED (--insecure-unsigned / STACKPIN_INSECURE_UNSIGNED): anyone who could touch this bundle could have changed it"
         return 0
     fi
-    if [ -z "$TRUST_PUBKEY" ] && [ -e "$SITE_TRUST_FILE" ]; then
-        TRUST_PUBKEY=$SITE_TRUST_FILE
-        TRUST_ORIGIN="site trust file"
-    fi
+    choose_trusted_key
     [ -n "$TRUST_PUBKEY" ] || die "no trusted key: pass --pubkey stackpin.pub (received from the build host by a separate channel), set STACKPIN_PUBKEY or install $SITE_TRUST_FILE; --insecure-unsigned skips the check"
     small_regular_file "$TRUST_PUBKEY" "$MAX_KEY_BYTES" "public key $TRUST_PUBKEY ($TRUST_ORIGIN)"
     if [ ! -e "$BUNDLE/manifest.sig" ] && [ ! -L "$BUNDLE/manifest.sig" ]; then
@@ -120,7 +135,7 @@ check_trust() {
     [ "$(file_size "$BUNDLE/manifest.sig")" -eq "$SIGNATURE_BYTES" ] \
         || die "manifest.sig is not a $SIGNATURE_BYTES-byte ed25519 signature: damaged or re-signed with another tool; do not load it"
     openssl_verifies_ed25519 \
-        || die "openssl >= 1.1.1 is not installed, so this host cannot check the ed25519 signature: install it (Debian/Ubuntu: openssl) or verify on a trusted host with stackpin bundle verify; nothing was loaded"
+        || die_with "$EXIT_HOST" "openssl >= 1.1.1 is not installed, so this host cannot check the ed25519 signature: install it (Debian/Ubuntu: openssl) or verify on a trusted host with stackpin bundle verify; nothing was loaded"
     if ! openssl pkeyutl -verify -pubin -inkey "$TRUST_PUBKEY" -rawin \
         -in "$BUNDLE/manifest.json" -sigfile "$BUNDLE/manifest.sig" >/dev/null 2>&1; then
         die "manifest.sig does not match manifest.json for the key from $TRUST_ORIGIN: edited after signing or signed with another key; do not load it"
@@ -199,14 +214,14 @@ load_bundle_conf() {
     . "$BUNDLE/bin/bundle.conf"
 }
 
-require_profile() {  # PROFILE: a well-formed name of one of this bundle's profiles, or exit 2
+require_profile() {  # PROFILE: a well-formed name of one of this bundle's profiles, or a usage error
     local profile=$1 known=()
-    [[ "$profile" =~ ^[a-z0-9][a-z0-9.-]*$ ]] || die_with 2 "profile '$profile' is not a profile name"
+    [[ "$profile" =~ ^[a-z0-9][a-z0-9.-]*$ ]] || die_with "$EXIT_USAGE" "profile '$profile' is not a profile name"
     if [ ! -f "$BUNDLE/bin/profiles/$profile.conf" ]; then
         for conf in "$BUNDLE"/bin/profiles/*.conf; do
             [ -f "$conf" ] && known+=("$(basename -- "$conf" .conf)")
         done
-        die_with 2 "no profile '$profile' in this bundle; profiles: ${known[*]-none}"
+        die_with "$EXIT_USAGE" "no profile '$profile' in this bundle; profiles: ${known[*]-none}"
     fi
 }
 
@@ -303,9 +318,9 @@ visibility_args() {
     VISIBILITY_ARGS=()
     if [ "$#" -gt 0 ]; then
         [ -n "$PROFILE_VISIBILITY_ENV" ] \
-            || die_with 2 "--devices $1: profile $PROFILE_NAME runs on $PROFILE_PLATFORM and has no cards to choose; leave --devices out"
+            || die_with "$EXIT_USAGE" "--devices $1: profile $PROFILE_NAME runs on $PROFILE_PLATFORM and has no cards to choose; leave --devices out"
         [[ "$1" =~ ^[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*$ ]] \
-            || die_with 2 "--devices '$1' is not a card list: give indices such as 0,1"
+            || die_with "$EXIT_USAGE" "--devices '$1' is not a card list: give indices such as 0,1"
         chosen=$1
     fi
     if [ -n "$chosen" ] && [ -n "$PROFILE_VISIBILITY_ENV" ]; then
@@ -340,8 +355,9 @@ loopback_answers_healthy() {  # PORT PATH: asked from this host, the way a user 
     return 1
 }
 
-# KFD_NODE: the device node every process that holds a DCU (or ROCm card) keeps open.
-KFD_NODE=${STACKPIN_KFD:-/dev/kfd}
+# KFD_NODE: the device node every process that holds a card keeps open (/dev/kfd on a
+# DCU or ROCm card): the profile's PROFILE_RELEASE_NODE, or STACKPIN_KFD (stop.sh sets it).
+KFD_NODE=${STACKPIN_KFD:-}
 
 kfd_holders() {  # the PIDs fuser lists on KFD_NODE, one line; empty when none holds it
     # fuser prints the PIDs on stdout (the name and access letters on stderr); exit 1 = none.
