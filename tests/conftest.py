@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +31,18 @@ def _no_site_trust(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Tem
                         tmp_path_factory.getbasetemp() / "no-site-trust" / "trusted.pub")
     monkeypatch.delenv(trust.PUBKEY_ENV, raising=False)
     monkeypatch.delenv(trust.INSECURE_ENV, raising=False)
+
+
+@pytest.fixture
+def engine_seam(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any], Any]:
+    """Put an engine (the shared fake) where every verb reaches its engine: install(engine)."""
+    from stackpin.cli import common
+
+    def install(engine: Any) -> Any:
+        monkeypatch.setattr(common.ENGINE, "factory", lambda: contextlib.nullcontext(engine))
+        return engine
+
+    return install
 
 
 @pytest.fixture(scope="session")

@@ -92,7 +92,7 @@ def test_platform_names_live_only_in_the_platforms_package():
     "    cuda) say PASS runtime ;;",
 ])
 def test_the_scan_finds_a_platform_name_wherever_it_slips_back(tmp_path, line):
-    name = "bundle/bin/slipped.sh" if ")" in line and "(" not in line or "[" in line else (
+    name = "bundle/bin/slipped.sh" if (")" in line and "(" not in line) or "[" in line else (
         "src/stackpin/slipped.py")
     (tmp_path / name).parent.mkdir(parents=True)
     (tmp_path / name).write_text(f"{line}\n", encoding="utf-8")

@@ -236,10 +236,10 @@ class _FakeEngine:
 def _serve(monkeypatch, tmp_path, engine: _FakeEngine, *args: str):
     from click.testing import CliRunner
 
-    from stackpin.cli import serve_cmd
+    from stackpin.cli import common
     from stackpin.cli.main import cli
 
-    monkeypatch.setattr(serve_cmd.DockerEngine, "connect", classmethod(lambda cls: engine))
+    monkeypatch.setattr(common.ENGINE, "factory", lambda: engine)
     monkeypatch.chdir(ROOT)
     (tmp_path / "models").mkdir(exist_ok=True)
     with socket.socket() as probe:
