@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from stackpin.matrix import Cell, load_cells
+from stackpin.matrix import Cell
+from stackpin.matrixfile import load_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_CELL = "cpu-bookworm-torch2130-py311"

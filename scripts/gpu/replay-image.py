@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 from stackpin.lock import read_lock
-from stackpin.matrix import Variant, load_cells
+from stackpin.matrix import Variant
+from stackpin.matrixfile import load_cells
 from stackpin.render import RenderRequest, image_info
 
 RUN_KIND = "lock replayed on device"

@@ -284,7 +284,8 @@ def render(req: RenderRequest) -> Rendered:
         "stackpin/guard.py": (req.templates_dir / "guard.py").read_text(encoding="utf-8"),
         "stackpin/image.json": pretty_json(image_info(req)),
     }
-    files.update(compat_files(cell, req.templates_dir))
+    files.update(compat_files(cell.compat, python_tag=cell.python,
+                              templates_dir=req.templates_dir))
     if cell.env_script:
         files["stackpin/env.sh"] = env.get_template("env.sh.j2").render(context)
     if cell.service is not None:

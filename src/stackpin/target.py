@@ -14,15 +14,8 @@ from pathlib import Path
 
 from stackpin.errors import ConfigurationError, LockMissingError, LockStaleError
 from stackpin.lock import Lock, read_lock, stale_reason
-from stackpin.matrix import (
-    VARIANTS,
-    Cell,
-    Variant,
-    decode_matrix,
-    find_cell,
-    load_cells,
-    parse_toml,
-)
+from stackpin.matrix import VARIANTS, Cell, Variant
+from stackpin.matrixfile import decode_matrix, find_cell, load_cells, parse_toml
 
 # Every label key stackpin writes or reads, here and nowhere else (the site scripts and
 # scripts/*.sh spell some of them in bash: tests/unit/test_parity.py holds them equal).

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from stackpin.lock import lock_from_resolution, read_lock
-from stackpin.matrix import Variant, load_cells
+from stackpin.matrix import Variant
+from stackpin.matrixfile import load_cells
 from stackpin.render import RenderRequest, declared_imports, image_info
 from stackpin.resolve import (
     Resolution,

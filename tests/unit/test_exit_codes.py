@@ -23,7 +23,7 @@ from tests.fake_engine import FakeEngine
 from stackpin.cli import common
 from stackpin.cli.main import cli
 from stackpin.lock import lock_from_resolution
-from stackpin.matrix import decode_matrix
+from stackpin.matrixfile import decode_matrix
 from stackpin.resolve import Pip, Resolution, Resolved, resolution_key
 
 ROOT = Path(__file__).resolve().parents[2]

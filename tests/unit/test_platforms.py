@@ -26,7 +26,7 @@ import pytest
 
 from stackpin import platforms
 from stackpin.lock import cell_digest, read_lock
-from stackpin.matrix import load_cells
+from stackpin.matrixfile import load_cells
 from stackpin.render import RenderRequest, image_info
 from stackpin.resolve import placeholder_wheel
 

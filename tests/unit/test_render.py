@@ -19,7 +19,8 @@ from tests.golden_files import assert_golden
 from tests.synthetic import synthetic_cells, synthetic_lock
 
 from stackpin.errors import ConfigurationError
-from stackpin.matrix import Cell, load_cells
+from stackpin.matrix import Cell
+from stackpin.matrixfile import load_cells
 from stackpin.render import (
     RenderRequest,
     base_reference,

@@ -20,7 +20,8 @@ from stackpin.bundle import siteconf
 from stackpin.engine import RunRequest
 from stackpin.engine.docker_api import host_config_kwargs
 from stackpin.errors import ConfigurationError
-from stackpin.matrix import Cell, RunFlags, cell_to_dict, decode_matrix_lenient, parse_toml
+from stackpin.matrix import Cell, RunFlags, cell_to_dict
+from stackpin.matrixfile import decode_matrix_lenient, parse_toml
 from stackpin.runprofile import with_run_profile
 from stackpin.service import plan
 

@@ -17,7 +17,7 @@ from tests.conftest import CPU_CELL, ROOT
 from tests.unit.test_matrix import MINIMAL
 
 from stackpin.lock import read_lock
-from stackpin.matrix import decode_matrix, decode_matrix_lenient
+from stackpin.matrixfile import decode_matrix, decode_matrix_lenient
 from stackpin.render import RenderRequest, render
 from stackpin.servicespec import SERVICE_ENV
 

@@ -18,7 +18,8 @@ from stackpin import platforms
 from stackpin.bundle import trust
 from stackpin.engine import Engine
 from stackpin.engine.builders import BUILDER_CHOICES, BuilderChoice
-from stackpin.matrix import VARIANTS, Cell, load_cells
+from stackpin.matrix import VARIANTS, Cell
+from stackpin.matrixfile import load_cells
 from stackpin.servicespec import Service
 from stackpin.target import Layout, variant_choices
 

@@ -16,8 +16,9 @@ from stackpin.cli.common import (
     project_layout,
     variant_option,
 )
+from stackpin.comparison import diff_reports, is_regression
 from stackpin.errors import VerificationError
-from stackpin.reports import diff_reports, is_regression, read_report
+from stackpin.reports import read_report
 from stackpin.target import resolve
 from stackpin.verification import run_suite
 

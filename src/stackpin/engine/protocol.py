@@ -13,7 +13,7 @@ from typing import IO, Protocol
 
 # The types module as a namespace (as docker-py's api does with docker.types): the names
 # are listed once, in the package face, not again here.
-from stackpin.engine import types
+import stackpin.engine.types as types
 
 
 class Running(Protocol):
