@@ -164,6 +164,8 @@ def test_fragment_guard_quotes_versions_for_the_shell():
         "# Guard: the build fails here, not at the site, when pip installed anything but the pins\n"
         "# (pip check inside, less the requirements the cell drops by name in the matrix).\n"
         "COPY stackpin/ /opt/stackpin/\n"
+        "# The vendor boundary by verify's own rule (L0.boundary's): one file, beside the guard.\n"
+        "COPY verify/stackpin_verify/boundary.py /opt/stackpin/boundary.py\n"
         "RUN /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \\\n"
         "        --python cp399 --torch '1.0+x y' --numpy '<2' \\\n"
         "        --boundary /opt/stackpin/image.json \\\n"

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from stackpin_verify.boundary import canonical_name
 from stackpin_verify.checks import CheckFailed, Skip
 from stackpin_verify.torchnames import CPU, GPU
 
@@ -57,8 +58,8 @@ class Context:
 
     def declares(self, dist: str) -> bool:
         """Whether the image pins this distribution, so its absence is a fault."""
-        wanted = _normalise(dist)
-        return any(_normalise(name) == wanted for name in self.pins)
+        wanted = canonical_name(dist)
+        return any(canonical_name(name) == wanted for name in self.pins)
 
     def need_module(self, name: str, *, dist: str | None = None) -> ModuleType:
         """Import an optional piece: skip when the image does not ship it, fail when it
@@ -75,10 +76,6 @@ class Context:
         except Exception as exc:
             msg = f"{dist} is installed but fails to import: {type(exc).__name__}: {exc}"
             raise CheckFailed(msg) from exc
-
-
-def _normalise(dist: str) -> str:
-    return dist.lower().replace("_", "-").replace(".", "-")
 
 
 def synchronize(device: torch.device) -> None:

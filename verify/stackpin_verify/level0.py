@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,7 +30,7 @@ def run(ctx: Context) -> list[CheckResult]:
         ("L0.numpy", lambda: check_numpy(ctx), True),
         ("L0.pins", lambda: check_pins(ctx), True),
         ("L0.dtk_env", lambda: check_dtk_env(ctx), True),
-        ("L0.boundary", lambda: boundary.check_boundary(ctx), True),
+        ("L0.boundary", lambda: check_boundary(ctx), True),
         ("L0.imports", lambda: imports.check_imports(ctx), True),
         ("L0.cgroup", check_cgroup, False),
     ]
@@ -292,6 +293,19 @@ def check_dtk_env(ctx: Context) -> Metrics:
     except dtk_env.SourceError as exc:
         raise CheckFailed(str(exc), {"env_script": env_script}) from exc
     require(reason, metrics)
+    return metrics
+
+
+def check_boundary(ctx: Context) -> Metrics:
+    """The vendor boundary of image.json (boundary.py: the build guard's rule too)."""
+    image: dict[str, Any] = ctx.image or {}
+    provided = image.get("provided") or {}
+    excluded = image.get("excluded") or {}
+    if not provided and not excluded:
+        msg = "the image declares no vendor boundary"
+        raise Skip(msg)
+    metrics: Metrics = {"provided": sorted(provided), "excluded": sorted(excluded)}
+    require(boundary.judge_boundary(provided, excluded, environment.dist_version), metrics)
     return metrics
 
 
