@@ -14,7 +14,6 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
@@ -63,17 +62,18 @@ def compat_problems(shims: Mapping[str, Compat], stack: Mapping[str, str]
 
 
 def compat_files(shims: Mapping[str, Compat], *, python_tag: str,
-                 templates_dir: Path) -> dict[str, str]:
+                 sources: Mapping[str, str]) -> dict[str, str]:
     """The build context files of a cell's shims (empty without any), under stackpin/.
 
     The .pth file goes into the venv's site-packages (the install stage copies stackpin/
-    over /opt/stackpin), so every interpreter of the image starts the hook.
+    over /opt/stackpin), so every interpreter of the image starts the hook. ``sources``:
+    the templates folder's files by path (render's Sources), compat/<id>.py among them.
     """
     if not shims:
         return {}
-    files = {"stackpin/compat/hook.py": _template(templates_dir, "hook")}
+    files = {"stackpin/compat/hook.py": _template(sources, "hook")}
     for shim_id in sorted(shims):
-        files[f"stackpin/compat/{shim_id}.py"] = _template(templates_dir, shim_id)
+        files[f"stackpin/compat/{shim_id}.py"] = _template(sources, shim_id)
     declared = {s.id: {"defect": s.defect, "dist": s.dist, "version": s.version,
                        "module": s.module} for s in shims.values()}
     files["stackpin/compat/shims.json"] = json.dumps(declared, indent=2, sort_keys=True) + "\n"
@@ -83,9 +83,10 @@ def compat_files(shims: Mapping[str, Compat], *, python_tag: str,
     return files
 
 
-def _template(templates_dir: Path, name: str) -> str:
-    path = templates_dir / "compat" / f"{name}.py"
-    if not path.is_file():
-        msg = f"compat shim '{name}' has no file {path}: add it, or remove the shim from the cell"
+def _template(sources: Mapping[str, str], name: str) -> str:
+    path = f"compat/{name}.py"
+    if path not in sources:
+        msg = (f"compat shim '{name}' has no file templates/{path}: add it, or remove the shim "
+               "from the cell")
         raise ConfigurationError(msg)
-    return path.read_text(encoding="utf-8")
+    return sources[path]

@@ -3,7 +3,9 @@
 The result is a mapping of relative path -> text: the Dockerfile, one hash-locked
 requirements file per install layer, the build guard, the entrypoint and the image
 description (``stackpin/image.json``) that the in-image verification reads. Wheel files
-are not part of it: the build stages them beside these files.
+are not part of it: the build stages them beside these files. Render reads nothing: the
+templates and the in-image programs come in as text (``Sources``, read at the edge by
+``stackpin.context.read_sources``).
 """
 
 from __future__ import annotations
@@ -11,13 +13,12 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jinja2
 from packaging.utils import canonicalize_name
 
-from stackpin import healthcheck, target
+from stackpin import target
 from stackpin.boundary import effective_provided
 from stackpin.compat import compat_files
 from stackpin.engine.builders import Builder
@@ -54,11 +55,24 @@ DOCKERFILES: dict[Builder, str] = {
 
 
 @dataclass(frozen=True, kw_only=True)
+class Sources:
+    """What render renders from, as text: every file of the templates folder by its path
+    there (Dockerfiles, fragments, guard.py, serve.py, compat shims) and the image's health
+    check (stackpin/healthcheck.py, which `stackpin serve` runs on the host too)."""
+
+    templates: Mapping[str, str]
+    healthcheck: str = ""
+
+    def text(self, name: str) -> str:
+        return self.templates[name]
+
+
+@dataclass(frozen=True, kw_only=True)
 class RenderRequest:
     cell: Cell
     variant: Variant
     lock: Lock | None
-    templates_dir: Path
+    sources: Sources
     stackpin_version: str
     builder: Builder = "classic"
 
@@ -248,9 +262,9 @@ def requirements_text(group: Group, wheels: tuple[LockedWheel, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _environment(templates_dir: Path) -> jinja2.Environment:
+def _environment(sources: Sources) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir)),
+        loader=jinja2.DictLoader(dict(sources.templates)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -274,24 +288,23 @@ def render(req: RenderRequest) -> Rendered:
     if variant not in cell.variants:
         msg = f"cell '{cell.id}' builds {', '.join(cell.variants)}, not '{variant}'"
         raise ConfigurationError(msg + f"; use --variant {cell.variants[0]}")
-    env = _environment(req.templates_dir)
+    env = _environment(req.sources)
     groups = layer_groups(cell, variant)
     labels = image_labels(req)
     context = template_context(req, groups, labels)
     files = {
         "Dockerfile": env.get_template(DOCKERFILES[req.builder]).render(context),
         "stackpin/entrypoint.sh": env.get_template("entrypoint.sh.j2").render(context),
-        "stackpin/guard.py": (req.templates_dir / "guard.py").read_text(encoding="utf-8"),
+        "stackpin/guard.py": req.sources.text("guard.py"),
         "stackpin/image.json": pretty_json(image_info(req)),
     }
-    files.update(compat_files(cell.compat, python_tag=cell.python,
-                              templates_dir=req.templates_dir))
+    files.update(compat_files(cell.compat, python_tag=cell.python, sources=req.sources.templates))
     if cell.env_script:
         files["stackpin/env.sh"] = env.get_template("env.sh.j2").render(context)
     if cell.service is not None:
-        files["stackpin/serve.py"] = (req.templates_dir / "serve.py").read_text(encoding="utf-8")
-        # One health rule for the image's HEALTHCHECK and `stackpin serve`: this module.
-        files["stackpin/healthcheck.py"] = Path(healthcheck.__file__).read_text(encoding="utf-8")
+        files["stackpin/serve.py"] = req.sources.text("serve.py")
+        # One health rule for the image's HEALTHCHECK and `stackpin serve`: that module.
+        files["stackpin/healthcheck.py"] = req.sources.healthcheck
     for group in groups:
         wheels = lock.group(group) if lock else ()
         files[f"wheels/{group}/requirements.txt"] = requirements_text(group, wheels)
@@ -324,9 +337,9 @@ def template_context(
     }
 
 
-def render_template(templates_dir: Path, name: str, context: Mapping[str, Any]) -> str:
+def render_template(sources: Sources, name: str, context: Mapping[str, Any]) -> str:
     """One template or fragment (templates/fragments/*.j2) with the render environment."""
-    return _environment(templates_dir).get_template(name).render(context)
+    return _environment(sources).get_template(name).render(context)
 
 
 def _lock_line(lock: Lock | None) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from stackpin.compat import compat_files, compat_problems
+from stackpin.context import read_sources
 from stackpin.errors import ConfigurationError
 from stackpin.matrix import Cell, cell_to_dict
 
@@ -141,4 +142,5 @@ def test_cells_without_shims_keep_the_form_their_locks_were_digested_from(shippe
 
 
 def _files(cell, templates):  # type: ignore[no-untyped-def]
-    return compat_files(cell.compat, python_tag=cell.python, templates_dir=templates)
+    return compat_files(cell.compat, python_tag=cell.python,
+                        sources=read_sources(templates).templates)

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from stackpin import platforms
+from stackpin.context import read_sources
 from stackpin.lock import cell_digest, read_lock
 from stackpin.matrixfile import load_cells
 from stackpin.render import RenderRequest, image_info
@@ -145,7 +146,7 @@ def test_shipped_cells_start_from_their_platforms_run_defaults():
 def test_the_image_json_carries_its_platforms_facts(shipped_cells):
     for cell in shipped_cells.values():
         info = image_info(RenderRequest(cell=cell, variant=cell.variants[0], lock=None,
-                                        templates_dir=ROOT / "templates",
+                                        sources=read_sources(ROOT / "templates"),
                                         stackpin_version="0"))
         assert info["platform_facts"] == cell.spec.image_facts(), cell.id
         assert info["platform_facts"]["backend"] == cell.spec.backend
