@@ -45,6 +45,8 @@ NOT_PLATFORMS = (
     # torch.version's attribute: the CUDA toolkit a build was made with, and its report key.
     ("verify/stackpin_verify/", 'getattr(torch.version, "cuda"'),
     ("verify/stackpin_verify/environment.py", 'found["cuda"] = str(torch.version.cuda)'),
+    # The backends a torch build reports (torchnames.BACKEND_*; held equal below).
+    ("verify/stackpin_verify/report.schema.json", '"backend": {"enum": ["cpu", "cuda", "rocm"]}'),
 )
 
 
@@ -110,6 +112,17 @@ def test_the_scan_leaves_words_that_only_contain_a_name(tmp_path, line):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(f"{line}\n", encoding="utf-8")
     assert list(platform_literals(tmp_path, platforms.names())) == []
+
+
+def test_the_report_schema_knows_the_backends_torch_reports():
+    import verify_helpers  # noqa: F401 - puts verify/ on sys.path
+
+    from stackpin_verify import torchnames
+
+    schema = json.loads((ROOT / "verify/stackpin_verify/report.schema.json").read_text())
+    reported = {torchnames.BACKEND_CPU, torchnames.BACKEND_CUDA, torchnames.BACKEND_HIP}
+    assert set(schema["properties"]["backend"]["enum"]) == reported
+    assert {spec.backend for spec in platforms.specs()} <= reported
 
 
 def test_every_platform_module_declares_a_sound_spec():
