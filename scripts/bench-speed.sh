@@ -6,7 +6,11 @@
 #      rounds alternate which of the two goes first;
 #   2. whole `stackpin bundle export` against `docker save -o` of the same image, rounds
 #      alternating the order;
-#   3. warm rebuild after one stack pin change (trl 0.23.1 -> 0.23.0, locked and fetched
+#   3. bundle size: images.tar.zst against `zstd -3` of the saved tar; then the verified
+#      `stackpin bundle load` against `zstd -dc images.tar.zst | docker load`, each into a
+#      store without the image (removed before every load), rounds alternating the order
+#      (BENCH_LOAD_ROUNDS, default 2);
+#   4. warm rebuild after one stack pin change (python-docx 1.2.0 -> 1.1.2, locked and fetched
 #      before any timing), each on the cache its cold builds left: stackpin build against
 #      the hand-written Dockerfile in the changed context (one round: a second would be
 #      cached whole).
@@ -16,7 +20,9 @@
 # medians). Ratios matter; seconds depend on the machine's load.
 # BENCH_ENGINES="NAME..." runs a subset (names from `setup-engines.sh --print-hosts`);
 # BENCH_ROUNDS (default 1) cold-build rounds, BENCH_EXPORT_ROUNDS (default 2) export rounds;
-# BENCH_BUILDER (default auto) is stackpin build's --builder.
+# BENCH_BUILDER (default auto) is stackpin build's --builder; BENCH_WARM=0 skips the warm
+# pin-change pair; BENCH_UV=1 adds the uv yardstick (scripts/bench-handwritten-uv.Dockerfile)
+# after the last cold pair.
 # Needs: scripts/setup-host.sh --engines done (buildx), the CPU default's wheelhouse
 # fetched, the index reachable (the changed pin's lock and wheel, before any timing).
 set -euo pipefail
@@ -45,6 +51,7 @@ timed() {  # timed VAR COMMAND...: run it, its output to the log, its seconds in
 project() {  # project DEST
     git clone -q --no-hardlinks "$root" "$1"
     mkdir -p "$1/wheels" && cp -al "$root/wheels/$cell" "$1/wheels/$bench"
+    cp -al "$root/wheels/tools" "$1/wheels/tools"  # the pinned installer (pinning/tools/)
     sed -i "s/$cell/$bench/g" "$1/pinning/cpu.toml"
     (cd "$1" && PYTHONPATH=$1/src "$py" - "$cell" "$bench" <<'EOF'
 import json, sys
@@ -61,14 +68,33 @@ EOF
 }
 
 project "$work/a"
-cp -al "$work/a" "$work/pin"  # files are replaced, never written through, below
-sed -i 's/^trl = "0.23.1"/trl = "0.23.0"/' "$work/pin/pinning/cpu.toml"
-(cd "$work/pin" && "$sp" lock "$bench" >>"$work/log" 2>&1 && "$sp" wheels fetch "$bench" >>"$work/log" 2>&1)
-hand() {  # hand PROJECT TAG [--no-cache]
-    local context=$1/build/context/$bench-stable base
-    base=$(sed -n 's/^FROM \([^ ]*\).*/\1/p' "$context/Dockerfile" | head -n 1)
-    docker buildx build --builder default "${@:3}" --network none --progress plain \
-        -f "$root/scripts/bench-handwritten.Dockerfile" --build-arg "BASE=$base" -t "$2" "$context"
+# The code under test is the clone's (HEAD), not the worktree's editable install, so edits
+# made while the benchmark runs never reach it.
+export PYTHONPATH=$work/a/src
+if [ "${BENCH_WARM:-1}" != 0 ]; then  # the one-pin change: a leaf of the stack, no shim on it
+    cp -al "$work/a" "$work/pin"  # files are replaced, never written through, below
+    sed -i 's/^python-docx = "1.2.0"/python-docx = "1.1.2"/' "$work/pin/pinning/cpu.toml"
+    grep -q '^python-docx = "1.1.2"' "$work/pin/pinning/cpu.toml"
+    (cd "$work/pin" && "$sp" lock "$bench" >>"$work/log" 2>&1 && "$sp" wheels fetch "$bench" >>"$work/log" 2>&1)
+fi
+hand() {  # hand PROJECT TAG [--no-cache]: the pip yardstick
+    yardstick bench-handwritten.Dockerfile "$@"
+}
+hand_uv() {  # hand_uv PROJECT TAG [--no-cache]: the uv yardstick
+    yardstick bench-handwritten-uv.Dockerfile "$@"
+}
+yardstick() {  # yardstick DOCKERFILE PROJECT TAG [--no-cache]
+    local context=$2/build/context/$bench-stable base wheel
+    base=$(sed -n 's/^FROM \([^ ]*\).*/\1/p' "$context/Dockerfile" | tail -n 1)
+    wheel=$(basename "$(ls "$context"/tools/uv-*.whl)")
+    docker buildx build --builder default "${@:4}" --network none --progress plain \
+        -f "$root/scripts/$1" --build-arg "BASE=$base" --build-arg "UV_WHEEL=$wheel" \
+        -t "$3" "$context"
+}
+
+gone() {  # gone IMAGE: the image and every tag of it removed, so a load brings it back whole
+    docker rmi -f "$1" >/dev/null 2>&1 || true
+    sync
 }
 
 rows=()
@@ -76,7 +102,10 @@ while IFS== read -r name host; do
     case " ${BENCH_ENGINES:-$name} " in *" $name "*) ;; *) continue ;; esac
     export DOCKER_HOST=$host
     store=$("$sp" doctor --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["store"])')
-    for p in a pin; do (cd "$work/$p" && "$sp" build "$bench" --prepare-only >>"$work/log" 2>&1); done
+    for p in a pin; do
+        [ -d "$work/$p" ] || continue
+        (cd "$work/$p" && "$sp" build "$bench" --prepare-only >>"$work/log" 2>&1)
+    done
     hand_tag=stackpin-bench-speed/handwritten:$name
     sp_cold=() hand_cold=() sp_export=() save=()
     for round in $(seq 1 "${BENCH_ROUNDS:-1}"); do
@@ -86,6 +115,11 @@ while IFS== read -r name host; do
         sp_cold+=("$s") hand_cold+=("$h")
         echo "$name cold round $round: stackpin $s s ($(field "$work/cold.json" builder), timestamps $(field "$work/cold.json" timestamps) in $(field "$work/cold.json" normalize_seconds) s), hand-written $h s"
     done
+    if [ "${BENCH_UV:-0}" = 1 ]; then  # the uv yardstick, right after the last cold pair
+        timed hu hand_uv "$work/a" "$hand_tag-uv" --no-cache
+        echo "$name cold, uv yardstick: hand-written with uv $hu s (stackpin's last cold build $s s: $(ratio "$s" "$hu"))"
+        docker rmi -f "$hand_tag-uv" >/dev/null
+    fi
     image=$(field "$work/cold.json" image_id)
     for round in $(seq 1 "${BENCH_EXPORT_ROUNDS:-2}"); do
         rm -rf "$work/bundle" "$work/save.tar"
@@ -95,17 +129,40 @@ while IFS== read -r name host; do
         sp_export+=("$e") save+=("$v")
         echo "$name export round $round: bundle export $e s, docker save $v s ($(( $(stat -c %s "$work/save.tar") >> 20 )) MiB)"
     done
-    rm -rf "$work/bundle" "$work/save.tar"
+    zstd -q -3 -T2 "$work/save.tar" -o "$work/save.tar.zst"
+    bz=$(stat -c %s "$work/bundle/images.tar.zst") zs=$(stat -c %s "$work/save.tar.zst")
+    echo "$name size: bundle images.tar.zst $bz B, zstd -3 of the save $zs B"
+    rm -f "$work/save.tar" "$work/save.tar.zst"
+    sp_load=() plain_load=()
+    for round in $(seq 1 "${BENCH_LOAD_ROUNDS:-2}"); do
+        a() { gone "$image"; (cd "$work/a" && "$sp" bundle load --insecure-unsigned "$work/bundle"); }
+        b() { gone "$image"; zstd -dc "$work/bundle/images.tar.zst" | docker load; }
+        if [ $((round % 2)) = 1 ]; then timed l a; timed p b; else timed p b; timed l a; fi
+        sp_load+=("$l") plain_load+=("$p")
+        echo "$name load round $round: verified bundle load $l s, zstd -dc | docker load $p s"
+    done
+    rm -rf "$work/bundle"
+    # What the image is made of, comparable across engines (the classic store names images by
+    # config digest, the containerd store by manifest digest): the sha256 of its layer list.
+    echo "$name layers of the cold build: $(docker image inspect --format '{{json .RootFS.Layers}}' "$image")"
+    if [ "${BENCH_WARM:-1}" = 0 ]; then
+        w=- hw=-
+        rows+=("| $name | $store | $(median "${sp_cold[@]}") / $(median "${hand_cold[@]}") = $(ratio "$(median "${sp_cold[@]}")" "$(median "${hand_cold[@]}")") | not run (BENCH_WARM=0) | $(median "${sp_export[@]}") / $(median "${save[@]}") = $(ratio "$(median "${sp_export[@]}")" "$(median "${save[@]}")") | $(median "${sp_load[@]}") / $(median "${plain_load[@]}") = $(ratio "$(median "${sp_load[@]}")" "$(median "${plain_load[@]}")") | $(ratio "$bz" "$zs") |")
+        docker images -q --filter "label=io.stackpin.cell=$bench" | sort -u | xargs -r docker rmi -f >/dev/null
+        docker rmi -f "$hand_tag" >/dev/null
+        continue
+    fi
     timed w bash -c "cd '$work/pin' && '$sp' build '$bench' --builder '${BENCH_BUILDER:-auto}' --json >'$work/pin.json'"
     timed hw hand "$work/pin" "$hand_tag-pin"
     echo "$name warm after one pin change: stackpin $w s (steps cached $(field "$work/pin.json" cached_steps)/$(field "$work/pin.json" steps)), hand-written $hw s"
     docker images -q --filter "label=io.stackpin.cell=$bench" | sort -u | xargs -r docker rmi -f >/dev/null
     docker rmi -f "$hand_tag" "$hand_tag-pin" >/dev/null
     c=$(median "${sp_cold[@]}") hc=$(median "${hand_cold[@]}") x=$(median "${sp_export[@]}") sv=$(median "${save[@]}")
-    rows+=("| $name | $store | $c / $hc = $(ratio "$c" "$hc") | $w / $hw = $(ratio "$w" "$hw") | $x / $sv = $(ratio "$x" "$sv") |")
+    l=$(median "${sp_load[@]}") p=$(median "${plain_load[@]}")
+    rows+=("| $name | $store | $c / $hc = $(ratio "$c" "$hc") | $w / $hw = $(ratio "$w" "$hw") | $x / $sv = $(ratio "$x" "$sv") | $l / $p = $(ratio "$l" "$p") | $(ratio "$bz" "$zs") |")
 done < <(bash scripts/setup-engines.sh --print-hosts)
 
 echo
-echo "| engine | store | cold build s: stackpin / hand-written | warm after one pin change s | bundle export / docker save s |"
-echo "|---|---|---|---|---|"
+echo "| engine | store | cold build s: stackpin / hand-written | warm after one pin change s | bundle export / docker save s | verified load / plain load s | bundle / zstd -3 size |"
+echo "|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

@@ -6,8 +6,9 @@
 # matrix keeps BuildKit caches of whole cells. On a host that keeps its Docker state between
 # runs (a CI machine) that grows by gigabytes a run until a build stops on "no space left on
 # device". This removes only what stackpin owns:
-#   - on the default engine: dangling images carrying stackpin's labels (tagged images, their
-#     layer cache and everything else on the engine stay);
+#   - on the default engine: dangling images carrying stackpin's labels and the build cache's
+#     uploaded contexts (tagged images, their layer cache and everything else on the engine
+#     stay);
 #   - on the matrix engines of scripts/setup-engines.sh (their data-roots are stackpin's own):
 #     stopped containers, every image and the whole build cache;
 #   - pytest's temporary folders of earlier runs (bundles of 1-2 GB each).
@@ -42,6 +43,11 @@ before=$(free_gib)
 
 # Dangling only (no -a): the current tags and the layers they share stay warm.
 docker image prune -f --filter label=io.stackpin.bootstrap-digest >/dev/null
+# BuildKit builds get their context as a tar on stdin (stackpin.engine.buildx), which the
+# engine keeps as a cache record per build ("http url http://buildkit-session/..."): 3 GB for
+# the CUDA cell's wheels, never used again once the context changes. Given back when no
+# build uses it; the layers built from it stay.
+docker builder prune -f --filter 'description~=buildkit-session' >/dev/null 2>&1 || true
 
 while IFS='=' read -r name host; do
     [ "$name" = docker20 ] && continue  # the default engine, handled above

@@ -4,7 +4,8 @@
 # virtual environment with stackpin installed.
 # Safe to run again: each step is skipped when already done. One line per step.
 # --engines: also the engine matrix (Docker 28, classic and containerd image stores, beside
-# the default engine; scripts/setup-engines.sh). The README's command 1 needs one engine.
+# the default engine; scripts/setup-engines.sh) and the site tier's tools (Podman, skopeo,
+# Debian's docker-registry). The README's command 1 needs one engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,4 +67,22 @@ bash scripts/setup-buildx.sh
 
 if [ "${1:-}" = --engines ]; then
     bash scripts/setup-engines.sh
+    # The site tier (issue 25): Podman as a third engine, skopeo and Debian's registry
+    # (distribution 2.8) for the site registry, curl for push.sh's HEAD checks.
+    site_apt=()
+    for pair in podman:podman skopeo:skopeo docker-registry:docker-registry curl:curl \
+                catatonit:catatonit nsenter:util-linux; do
+        command -v "${pair%%:*}" >/dev/null 2>&1 || site_apt+=("${pair#*:}")
+    done
+    if ((${#site_apt[@]})); then
+        say "installing ${site_apt[*]} from the OS packages (the site tier)"
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${site_apt[@]}" >/dev/null
+        # The package starts a registry on :5000 where systemd runs: the tests start their own.
+        if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet docker-registry 2>/dev/null; then
+            systemctl disable --now docker-registry >/dev/null 2>&1 || true
+        fi
+    else
+        say "podman, skopeo, docker-registry, curl, catatonit present"
+    fi
 fi

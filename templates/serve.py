@@ -16,6 +16,22 @@ import os
 import sys
 from pathlib import Path
 
+# Set by `stackpin serve --no-devices`, `bin/start.sh --no-devices` and `stackpin verify
+# --no-devices` (stackpin.runprofile.NO_DEVICES_ENV; a parity test holds the names equal):
+# an accelerator image run on a host with no card. Studio's run.py setdefaults
+# UNSLOTH_DISABLE_CPU_FALLBACK=1, so every model load would fail "cannot find any torch
+# accelerator"; without devices, on purpose, unsloth's CPU backend is the honest choice.
+NO_DEVICES_ENV = "STACKPIN_NO_DEVICES"
+CPU_FALLBACK_ENV = "UNSLOTH_DISABLE_CPU_FALLBACK"
+
+
+def environment_for(environ: dict[str, str]) -> dict[str, str]:
+    """Studio's environment: unsloth's CPU backend allowed when run without devices."""
+    env = dict(environ)
+    if env.get(NO_DEVICES_ENV) == "1":
+        env[CPU_FALLBACK_ENV] = "0"
+    return env
+
 
 def studio_run_py() -> Path:
     """studio/backend/run.py of the installed unsloth, or SystemExit with one line."""
@@ -34,8 +50,12 @@ def studio_run_py() -> Path:
 
 def main(argv: list[str]) -> int:
     run_py = studio_run_py()
+    env = environment_for(dict(os.environ))
+    if env.get(NO_DEVICES_ENV) == "1":
+        print("stackpin serve: started without device flags (--no-devices): Studio runs on "
+              "unsloth's CPU fallback", flush=True)
     sys.stdout.flush()
-    os.execv(sys.executable, [sys.executable, str(run_py), *argv])
+    os.execve(sys.executable, [sys.executable, str(run_py), *argv], env)
     return 0  # not reached
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from stackpin.matrixfile import load_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_CELL = "cpu-bookworm-torch2130-py311"
+CUDA_CELL = "cuda130-sm90-torch2110-py311"
 K100_CELL = "dtk2604-k100-torch290-py310"
 
 
@@ -80,7 +82,7 @@ def checkout_copy(dest: Path, *, wheels_from: Path = ROOT) -> Path:
         shutil.copytree(ROOT / ".git", dest / ".git", symlinks=True)
     else:  # a `git worktree` checkout: .git is a file naming the shared git dir
         shutil.copy2(ROOT / ".git", dest / ".git")
-    for folder in (f"wheels/{CPU_CELL}", "wheels/vendor"):
+    for folder in (f"wheels/{CPU_CELL}", "wheels/vendor", "wheels/tools"):
         if (wheels_from / folder).is_dir():
             shutil.copytree(wheels_from / folder, dest / folder, copy_function=_link_new,
                             dirs_exist_ok=True)
@@ -121,3 +123,39 @@ def cpu_image(docker_engine, cpu_project: Path) -> dict[str, object]:  # type: i
         assert done.returncode == 0, f"stackpin {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     record = json.loads((cpu_project / "build" / "records" / f"{CPU_CELL}-stable.json").read_text())
     return dict(record)
+
+
+@pytest.fixture(scope="session")
+def cuda_images(docker_engine, cpu_project: Path) -> dict[str, dict[str, object]]:  # type: ignore[no-untyped-def]
+    """The CUDA cell's two images, built once a session through the real CLI in
+    ``cpu_project``: the locked wheels fetched (the machine-wide wheel cache re-hashes and
+    links what an earlier run downloaded), then ``build --variant all --builder buildkit``
+    on the default engine: the one-stage Dockerfile (wheels bind-mounted, the environment
+    written once), the enhanced build reusing every layer below the attention layer, each
+    image normalised as on any engine before 26. Needs no GPU and no Docker 28 engine:
+    what needs a card is checked with --no-devices and must say "unsupported".
+
+    Returns each variant's build record. A warm build reuses every layer and the
+    normalisation cache, so a second session costs seconds.
+    """
+    for args in (("wheels", "fetch", CUDA_CELL),
+                 ("build", CUDA_CELL, "--variant", "all", "--builder", "buildkit")):
+        done = stackpin_cli(*args, cwd=cpu_project)
+        assert done.returncode == 0, f"stackpin {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    records = cpu_project / "build" / "records"
+    return {variant: dict(json.loads((records / f"{CUDA_CELL}-{variant}.json").read_text()))
+            for variant in ("stable", "enhanced")}
+
+
+def pin_fake_installer(root: Path, data: bytes = b"the pinned installer wheel") -> None:
+    """pinning/tools/installer.toml in ``root`` naming the shipped uv wheel's file name with
+    the sha256 of ``data``, and that file in wheels/tools/: a project whose build passes the
+    installer checks without the real 17 MB wheel (unit tests never run it)."""
+    from stackpin import tools
+
+    pinned = tools.load_installer(ROOT)
+    (root / tools.PIN).parent.mkdir(parents=True, exist_ok=True)
+    (root / tools.PIN).write_text((ROOT / tools.PIN).read_text(encoding="utf-8").replace(
+        pinned.sha256, hashlib.sha256(data).hexdigest()), encoding="utf-8")
+    (root / tools.TOOLS_DIR).mkdir(parents=True, exist_ok=True)
+    (root / tools.TOOLS_DIR / pinned.wheel).write_bytes(data)

@@ -231,10 +231,10 @@ class FakeEngine:
             raise BuildError(msg)
         config, layers = self.recipe(request, len(self.builds))
         image_id = self.add(config, layers, tags=request.tags)
-        # A BuildKit build asked to rewrite timestamps says so, as DockerEngine does.
+        # A BuildKit build reproducible as built says so, as DockerEngine does.
         return BuildResult(image_id=image_id, tags=request.tags, log_path=request.log_path,
                            steps=len(layers), cached_steps=0, builder=request.builder,
-                           native_timestamps=request.rewrite_timestamps)
+                           native_timestamps=request.native_timestamps)
 
     def run_to_completion(self, request: RunRequest, *, timeout_s: int) -> RunResult:
         with self.container(request) as running:

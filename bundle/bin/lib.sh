@@ -70,6 +70,48 @@ need() {  # COMMAND WHY
     command -v "$1" >/dev/null 2>&1 || die_with "$EXIT_HOST" "$1 is not installed: $2"
 }
 
+# The container engine: Docker or Podman (the CLI a site has: RHEL-family sites run Podman).
+# STACKPIN_ENGINE=docker|podman chooses; otherwise docker when installed, else podman.
+# Every engine call goes through `engine`, and only options and fields both report are used.
+case ${STACKPIN_ENGINE:-} in
+    docker|podman) ENGINE=$STACKPIN_ENGINE ;;
+    '') if command -v docker >/dev/null 2>&1 || ! command -v podman >/dev/null 2>&1; then
+            ENGINE=docker
+        else
+            ENGINE=podman
+        fi ;;
+    *) say FAIL "STACKPIN_ENGINE='${STACKPIN_ENGINE//[^A-Za-z0-9._-]/?}': set it to docker or podman, or unset it" >&2
+       exit "$EXIT_USAGE" ;;
+esac
+
+engine() {
+    "$ENGINE" "$@"
+}
+
+need_engine() {  # WHY
+    need "$ENGINE" "$1 (STACKPIN_ENGINE=docker|podman chooses the engine)"
+}
+
+# Podman without root keeps the caller's UID inside only when told to (--userns=keep-id);
+# otherwise files the container writes to a mounted folder belong to a sub-UID.
+ENGINE_USER_ARGS=()
+engine_user_args() {  # ENGINE_USER_ARGS := what runs the container as the calling user
+    ENGINE_USER_ARGS=(--user "$(id -u):$(id -g)")
+    if [ "$ENGINE" = podman ] && [ "$(id -u)" != 0 ]; then
+        ENGINE_USER_ARGS+=(--userns=keep-id)
+    fi
+}
+
+# NAME: "STATUS HEALTH" of a container, as both engines report it. Docker runs the image's
+# HEALTHCHECK itself; Podman runs it from systemd timers, which a host without systemd (or
+# a rootless session without a user bus) lacks, so the check is run here once per call.
+container_health() {
+    if [ "$ENGINE" = podman ]; then
+        engine healthcheck run "$1" >/dev/null 2>&1 || true
+    fi
+    engine inspect --format '{{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{end}}' "$1" 2>/dev/null
+}
+
 # The options every script takes; the rest is left in REST (a "--" and what follows too).
 REST=()
 take_common_args() {
@@ -210,6 +252,7 @@ check_files() {
 load_bundle_conf() {
     check_sums_file
     check_files bin/bundle.conf
+    BUNDLE_BASE_CHAINS=() BUNDLE_BASE_DIFFS=()  # a full bundle (and older ones) need none
     # shellcheck source=/dev/null
     . "$BUNDLE/bin/bundle.conf"
 }
@@ -239,7 +282,7 @@ load_profile() {  # PROFILE
 known_image() {  # ID...: print the first ID this engine has an image for; 1 when none
     local candidate
     for candidate in "$@"; do
-        if docker image inspect --format '{{.Id}}' "$candidate" >/dev/null 2>&1; then
+        if engine image inspect --format '{{.Id}}' "$candidate" >/dev/null 2>&1; then
             printf '%s\n' "$candidate"
             return 0
         fi
@@ -255,7 +298,8 @@ profile_image() {  # EXIT_CODE: PROFILE_IMAGE := the loaded image as this engine
 # Host paths a container may not mount without the site's explicit consent: the root,
 # system and credential folders, the Docker socket and state.
 SENSITIVE_HOST_PATHS=(/ /etc /root /home /boot /proc /sys /dev /run /var /var/run /var/lib
-    /var/lib/docker /var/run/docker.sock /run/docker.sock /usr /bin /sbin /lib /lib64 /opt /srv
+    /var/lib/docker /var/run/docker.sock /run/docker.sock /var/lib/containers /run/podman
+    /run/podman/podman.sock /usr /bin /sbin /lib /lib64 /opt /srv
     /tmp /mnt /media)
 
 sensitive_mount() {  # HOST_PATH: 0 when it is, or contains, or lies in a sensitive folder
@@ -269,6 +313,7 @@ sensitive_mount() {  # HOST_PATH: 0 when it is, or contains, or lies in a sensit
     done
     case $host in
         /etc/*|/root/*|/boot/*|/proc/*|/sys/*|/dev/*|/run/*|/var/run/*|/var/lib/docker/*) return 0 ;;
+        /var/lib/containers/*) return 0 ;;
         /usr/*|/bin/*|/sbin/*|/lib/*|/lib64/*|/home/*) return 0 ;;
     esac
     return 1
@@ -328,12 +373,33 @@ visibility_args() {
     fi
 }
 
+# A profile run without its device flags (--no-devices, a GPU image on a host with no
+# card), as stackpin.runprofile.without_devices drops them: PROFILE_RUN_ARGS loses its
+# --device and --gpus options, VISIBILITY_ARGS tells the image (STACKPIN_NO_DEVICES=1,
+# stackpin.runprofile.NO_DEVICES_ENV), which then starts Studio on unsloth's CPU fallback.
+without_device_args() {
+    local kept=() arg
+    for arg in "${PROFILE_RUN_ARGS[@]+"${PROFILE_RUN_ARGS[@]}"}"; do
+        case $arg in
+            --device=*|--gpus=*) ;;
+            *) kept+=("$arg") ;;
+        esac
+    done
+    PROFILE_RUN_ARGS=("${kept[@]+"${kept[@]}"}")
+    VISIBILITY_ARGS=(--env STACKPIN_NO_DEVICES=1)
+    [ -z "$PROFILE_VISIBILITY_ENV" ] \
+        || say INFO "--no-devices: profile $PROFILE_NAME runs without its $PROFILE_PLATFORM cards; Studio starts on unsloth's CPU fallback"
+}
+
 profile_alias() {  # NAME: the seed calls the enhanced profile "full"
     if [ "$1" = full ]; then printf 'enhanced\n'; else printf '%s\n' "$1"; fi
 }
 
 port_taken() {  # PORT: something listens on 127.0.0.1:PORT, or a container publishes it
-    (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null || [ -n "$(docker ps -q --filter "publish=$1")" ]
+    # Both engines print published ports as HOST_IP:PORT->PORT/PROTO (Podman has no
+    # "publish" filter).
+    (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null \
+        || engine ps --format '{{.Ports}}' 2>/dev/null | grep -qE "(^|[ ,:])$1->"
 }
 
 loopback_answers_healthy() {  # PORT PATH: asked from this host, the way a user reaches it
@@ -387,4 +453,90 @@ hy_smi_isas() {
 
 container_name() {  # PROFILE
     printf 'stackpin_site_%s\n' "$1"
+}
+
+# --- layers: what a site holds, for delta bundles ------------------------------------------
+
+DIGEST_RE='^sha256:[0-9a-f]{64}$'
+
+chain_of() {  # PARENT_CHAIN DIFF_ID: the OCI image spec's ChainID of a layer on that parent
+    [ -n "$1" ] || { printf '%s\n' "$2"; return 0; }
+    printf 'sha256:%s\n' "$(printf '%s %s' "$1" "$2" | sha256sum | cut -d' ' -f1)"
+}
+
+# "CHAIN_ID DIFF_ID" of every layer of every image the engine holds, sorted, once each.
+# A store keys a layer by its chain ID (the layer with everything below it): docker load
+# skips a layer's file exactly when that chain exists, so it is what a delta relies on.
+engine_layers() {
+    local id diff chain
+    engine image ls --quiet --no-trunc 2>/dev/null | LC_ALL=C sort -u | while read -r id; do
+        chain=""
+        while read -r diff; do
+            [[ "$diff" =~ $DIGEST_RE ]] || continue
+            chain=$(chain_of "$chain" "$diff")
+            printf '%s %s\n' "$chain" "$diff"
+        done < <(engine image inspect --format '{{range .RootFS.Layers}}{{println .}}{{end}}' "$id" 2>/dev/null)
+    done | LC_ALL=C sort -u
+}
+
+# A delta bundle (bundle.conf's BUNDLE_BASE_CHAINS) needs the layers it left out. Each
+# absent one is printed as "CHAIN (diff DIFF)"; HELD lists "CHAIN ..." lines the site has.
+absent_base_layers() {  # HELD_FILE
+    local i
+    for i in "${!BUNDLE_BASE_CHAINS[@]}"; do
+        if ! grep -qxF -- "${BUNDLE_BASE_CHAINS[$i]}" "$1"; then
+            printf '%s (diff %s)\n' "${BUNDLE_BASE_CHAINS[$i]}" "${BUNDLE_BASE_DIFFS[$i]}"
+        fi
+    done
+}
+
+refuse_absent() {  # WHERE ABSENT_LIST: one line naming the layers, exit 7, nothing changed
+    local count first more=""
+    count=$(printf '%s\n' "$2" | grep -c .)
+    first=$(printf '%s\n' "$2" | head -n 3 | paste -sd ';' - | sed 's/;/, /g')
+    [ "$count" -le 3 ] || more=" and $((count - 3)) more"
+    die_with "$EXIT_BUNDLE" "delta bundle: $count base layer(s) absent from $1: $first$more; load (or push) the bundle it was made against first, or use a full bundle; nothing was changed"
+}
+
+# --- registries: bin/push.sh seeds one, bin/pull.sh pulls from it on a node ------------------
+
+# DEST: HOST[:PORT][/PREFIX], PREFIX a repository path (distribution's grammar). Sets
+# REGISTRY_HOST and REGISTRY_PREFIX ("" or "a/b/"), or exits 2.
+parse_destination() {
+    local dest=$1 component
+    [[ "$dest" =~ ^([A-Za-z0-9.-]+(:[0-9]{1,5})?|\[[0-9a-fA-F:]+\](:[0-9]{1,5})?)(/.*)?$ ]] \
+        || die_with "$EXIT_USAGE" "registry '$dest' is not HOST[:PORT][/PREFIX] (e.g. 127.0.0.1:5000/site)"
+    REGISTRY_HOST=${BASH_REMATCH[1]}
+    REGISTRY_PREFIX=${dest#"$REGISTRY_HOST"}
+    REGISTRY_PREFIX=${REGISTRY_PREFIX#/}
+    if [ -n "$REGISTRY_PREFIX" ]; then
+        local IFS=/
+        for component in $REGISTRY_PREFIX; do
+            [[ "$component" =~ ^[a-z0-9]+([._-][a-z0-9]+)*$ ]] \
+                || die_with "$EXIT_USAGE" "registry path prefix '$REGISTRY_PREFIX': '$component' is not a repository path component (lower-case letters, digits, . _ -)"
+        done
+        REGISTRY_PREFIX=$REGISTRY_PREFIX/
+    fi
+}
+
+# PROFILE: the profile's data (checked against SHA256SUMS) without its run flags' check:
+# pushing and pulling run no container.
+read_profile() {
+    require_profile "$1"
+    check_files "bin/profiles/$1.conf"
+    # shellcheck source=/dev/null
+    . "$BUNDLE/bin/profiles/$1.conf"
+}
+
+# The registry repository of the profile's image (its tag's repository under the prefix)
+# and the digest the signed manifest names for it (the OCI manifest's).
+profile_repository() {
+    printf '%s/%s%s\n' "$REGISTRY_HOST" "$REGISTRY_PREFIX" "${PROFILE_IMAGE_TAG%:*}"
+}
+
+profile_manifest_digest() {
+    local digest=${PROFILE_IMAGE_IDS[1]:-}
+    [[ "$digest" =~ $DIGEST_RE ]] \
+        || die_with "$EXIT_BUNDLE" "profile $PROFILE_NAME names no manifest digest: export the bundle again with this stackpin"
+    printf '%s\n' "$digest"
 }

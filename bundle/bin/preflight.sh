@@ -27,7 +27,7 @@ to_bytes() {  # 32g, 16G, 64gb, 1024m, 512k, 1000 -> bytes
 
 gib() { awk -v b="$1" 'BEGIN { printf "%.1f GiB", b / 1073741824 }'; }
 
-for tool in sha256sum zstd docker; do
+for tool in sha256sum zstd "$ENGINE"; do
     command -v "$tool" >/dev/null 2>&1 || { say FAIL "$tool: not installed"; FAILED=1; }
 done
 if openssl_verifies_ed25519; then
@@ -45,10 +45,14 @@ for want in "${BUNDLE_CPU_ARCHES[@]}"; do
     if [ "$machine" = "$want" ]; then say PASS "cpu: $machine"; else fail "cpu: this host is $machine, the images are $want"; fi
 done
 
-if server=$(docker version --format '{{.Server.Version}}' 2>/dev/null) && [ -n "$server" ]; then
+# Both engines answer .Server.Version (Podman: its own version); the oldest tested differ.
+oldest=20 && [ "$ENGINE" = podman ] && oldest=4
+if server=$(engine version --format '{{.Server.Version}}' 2>/dev/null) && [ -n "$server" ]; then
     major=${server%%.*}
-    if [ "${major:-0}" -ge 20 ] 2>/dev/null; then say PASS "docker: engine $server"
-    else say WARN "docker: engine $server is older than 20.10, the oldest version tested"; fi
+    if [ "${major:-0}" -ge "$oldest" ] 2>/dev/null; then say PASS "$ENGINE: engine $server"
+    else say WARN "$ENGINE: engine $server is older than $oldest, the oldest major version tested"; fi
+elif [ "$ENGINE" = podman ]; then
+    fail "podman: it does not answer (podman info says why), or this user may not use it"
 else
     fail "docker: no engine answers (start it: systemctl start docker), or this user may not use it"
 fi
@@ -57,7 +61,7 @@ fi
 # The host checks of each image's platform (its PlatformSpec, rendered into bundle.conf:
 # device nodes, driver folders, the container runtime), then the profiles' device nodes.
 has_runtime() {  # NAME: the engine lists this runtime, or its container CLI is installed
-    docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q "$1" \
+    engine info --format '{{json .Runtimes}}' 2>/dev/null | grep -q "$1" \
         || command -v "$1-container-cli" >/dev/null 2>&1
 }
 probe_holds() {  # KIND TARGET: 0 when the host has it, 1 when not, 2 for an unknown kind
@@ -70,6 +74,16 @@ probe_holds() {  # KIND TARGET: 0 when the host has it, 1 when not, 2 for an unk
     esac
 }
 for i in "${!BUNDLE_PROBE_KINDS[@]}"; do
+    if [ "${BUNDLE_PROBE_KINDS[$i]}" = runtime ] && [ "$ENGINE" = podman ]; then
+        # Podman reaches cards through CDI, not a runtime, and the profiles' --gpus flag is
+        # Docker's (Podman 4.3 lacks it): the platform's probe says what that means.
+        if ls /etc/cdi/*.yaml /var/run/cdi/*.yaml >/dev/null 2>&1; then
+            say WARN "${BUNDLE_PROBE_PODMAN_CDI[$i]}"
+        else
+            fail "${BUNDLE_PROBE_PODMAN_NO_CDI[$i]}"
+        fi
+        continue
+    fi
     probe_holds "${BUNDLE_PROBE_KINDS[$i]}" "${BUNDLE_PROBE_TARGETS[$i]}"
     case $? in
         0) say PASS "${BUNDLE_PROBE_PASSED[$i]}" ;;
@@ -97,7 +111,9 @@ for size in "${BUNDLE_SHM_SIZES[@]}"; do
     fi
 done
 
-root_dir=$(docker info --format '{{.DockerRootDir}}' 2>/dev/null || true)
+# Where the engine unpacks images: Docker's root dir, Podman's graph root.
+root_field='{{.DockerRootDir}}' && [ "$ENGINE" = podman ] && root_field='{{.Store.GraphRoot}}'
+root_dir=$(engine info --format "$root_field" 2>/dev/null || true)
 free=$(df -Pk "${root_dir:-/nonexistent}" 2>/dev/null | awk 'NR == 2 { printf "%.0f\n", $4 * 1024 }')
 need_bytes=$BUNDLE_UNPACKED_BYTES
 if [ -z "$free" ]; then
@@ -105,7 +121,7 @@ if [ -z "$free" ]; then
 elif [ "$free" -lt "$need_bytes" ]; then
     fail "disk: $(gib "$free") free in $root_dir, the images unpack to $(gib "$need_bytes")"
 elif [ "$free" -lt $((need_bytes * 2)) ]; then
-    say WARN "disk: $(gib "$free") free in $root_dir; docker load stages the archive first, up to $(gib $((need_bytes * 2)))"
+    say WARN "disk: $(gib "$free") free in $root_dir; $ENGINE load stages the archive first, up to $(gib $((need_bytes * 2)))"
 else
     say PASS "disk: $(gib "$free") free in $root_dir, images unpack to $(gib "$need_bytes")"
 fi

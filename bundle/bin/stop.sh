@@ -16,11 +16,11 @@ set -euo pipefail
 [ "$#" -eq 1 ] || die_with "$EXIT_USAGE" "usage: stop.sh stable|enhanced|full|PROFILE"
 profile=$(profile_alias "$1")
 require_profile "$profile"  # a typo is an error, not "not running"
-need docker "it stops the profile's container"
+need_engine "it stops the profile's container"
 name=$(container_name "$profile")
 grace=${STACKPIN_STOP_TIMEOUT:-30}
 
-if ! info=$(docker container inspect --format '{{.Id}} {{.State.Pid}}' "$name" 2>/dev/null); then
+if ! info=$(engine container inspect --format '{{.Id}} {{.State.Pid}}' "$name" 2>/dev/null); then
     say PASS "stop: profile $profile is not running"
     exit 0
 fi
@@ -52,12 +52,12 @@ card_released() {
     say WARN "stop: cannot decide whether each card's memory use is back at zero: stackpin does not know hy-smi's output format; check it in hy-smi before the next start"
 }
 
-docker stop --time "$grace" "$name" >/dev/null
-docker rm --force --volumes "$name" >/dev/null
+engine stop --time "$grace" "$name" >/dev/null
+engine rm --force --volumes "$name" >/dev/null
 deadline=$((SECONDS + grace + 30))
-while docker container inspect "$name" >/dev/null 2>&1 \
+while engine container inspect "$name" >/dev/null 2>&1 \
     || { [ -n "$watch_pid" ] && grep -qs "$cid" "/proc/$watch_pid/cgroup"; }; do
-    [ "$SECONDS" -lt "$deadline" ] || die_with "$EXIT_HOST" "stop: $name or its processes are still there; check 'docker ps -a'"
+    [ "$SECONDS" -lt "$deadline" ] || die_with "$EXIT_HOST" "stop: $name or its processes are still there; check '$ENGINE ps -a'"
     sleep 1
 done
 # The profile's platform names the node a card is held by (PROFILE_RELEASE_NODE; none

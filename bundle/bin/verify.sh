@@ -17,7 +17,7 @@ while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do
     shift
 done
 [ "${1:-}" != "--" ] || shift
-need docker "it runs the verification container"
+need_engine "it runs the verification container"
 load_bundle_conf
 [ "${#profiles[@]}" -gt 0 ] || profiles=("${BUNDLE_PROFILES[@]}")
 reports=${STACKPIN_REPORT_DIR:-$BUNDLE.reports}
@@ -30,12 +30,13 @@ for profile in "${profiles[@]}"; do
     profile_image "$EXIT_HOST"
     out="$reports/$profile"
     mkdir -p "$out"
+    engine_user_args
     # Offline like the site; as the calling user so the reports are theirs. torchrun's
     # rendezvous resolves the container's hostname, which an offline container cannot
     # look up: name it and map the name to loopback.
-    if docker run --rm --init --name "stackpin_site_verify_$profile" --network none \
+    if engine run --rm --init --name "stackpin_site_verify_$profile" --network none \
         --hostname stackpin-verify --add-host stackpin-verify:127.0.0.1 \
-        --user "$(id -u):$(id -g)" --env HOME=/tmp \
+        "${ENGINE_USER_ARGS[@]}" --env HOME=/tmp \
         --volume "$(cd "$out" && pwd -P):/var/lib/stackpin/report" \
         "${PROFILE_RUN_ARGS[@]}" "${VISIBILITY_ARGS[@]+"${VISIBILITY_ARGS[@]}"}" "$PROFILE_IMAGE" \
         python -m stackpin_verify --out-dir /var/lib/stackpin/report "$@"; then

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run ON ONE H200 from the repository root (issue 20, item 3): stable versus enhanced.
 # L3 and L5 of the suite, which now time the attention package against SDPA's default
-# backend (L3.variants.attention: 16 shapes, fwd and fwd+bwd, causal and not, head dims
-# 64/128, 16 heads x 16,384 tokens, triton.testing.do_bench) and a LoRA step with each
+# backend (L3.variants.attention: the shapes verify/stackpin_verify/workload.json declares,
+# Studio's default training batches fwd+bwd and prefills fwd, triton.testing.do_bench) and
+# a LoRA step on the first training batch with each
 # attention (L5.variants.train_step), and write the report with its recommendation.
 # About a minute on an H200; one command:
 #

@@ -10,7 +10,10 @@
 # install-wheels.sh). Offline throughout: HF_HUB_OFFLINE, Studio's diffusers self-repair off.
 # Writes OUT_DIR/answers.json (every HTTP answer), server.log, chain.log and, where
 # nvidia-smi exists, nvidia-smi.csv (GPU memory/utilisation sampled every 500 ms).
-# Exit: the chain's status (0 completed, 6 a step failed), 5 if the server died first.
+# Exit: the chain's status (0 completed, 6 a step failed), 5 if the server died first, 124
+# when CHAIN_TIMEOUT ran out.
+# CHAIN_TIMEOUT (seconds, default none) ends the chain itself, so the logs are still
+# gathered inside a device call's limit; HEALTH_TIMEOUT and TRAIN_TIMEOUT go to the chain.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -56,9 +59,12 @@ fi
 SERVER=$!
 echo "server pid $SERVER, state $UNSLOTH_STUDIO_HOME, studio $STUDIO"
 
-"$PY" "$HERE/studio-chain.py" --base "http://127.0.0.1:$PORT" \
+limit=()
+[ -n "${CHAIN_TIMEOUT:-}" ] && limit=(timeout "$CHAIN_TIMEOUT")
+${limit[@]+"${limit[@]}"} "$PY" "$HERE/studio-chain.py" --base "http://127.0.0.1:$PORT" \
   --state "$UNSLOTH_STUDIO_HOME" --model "$WORK/tinychat" \
-  --dataset "$WORK/tinychat-train.jsonl" --out "$OUT" --steps "$STEPS" --server-pid "$SERVER" 2>&1 | tee "$OUT/chain.log"
+  --dataset "$WORK/tinychat-train.jsonl" --out "$OUT" --steps "$STEPS" --server-pid "$SERVER" \
+  --health-timeout "${HEALTH_TIMEOUT:-180}" --train-timeout "${TRAIN_TIMEOUT:-400}" 2>&1 | tee "$OUT/chain.log"
 RC=${PIPESTATUS[0]}
 kill -0 "$SERVER" 2>/dev/null || { echo "server exited early"; [ "$RC" = 0 ] || RC=5; }
 

@@ -3,7 +3,7 @@
 
 Run HERE, from the repository root, after `stackpin wheels fetch CELL`:
 
-    python3 scripts/gpu/stage-lock.py CELL HOST_PIP_LIST.json [--parts-mib 52]
+    python3 scripts/gpu/stage-lock.py CELL HOST_PIP_LIST.json [--parts-mib 55]
 
 For every distribution the lock installs it decides what the host will run, and writes that
 as data (.whl/lock/replay.json), so the report can name each difference:
@@ -14,7 +14,10 @@ as data (.whl/lock/replay.json), so the report can name each difference:
   - "cp312-build": the same version's build for CPython 3.12, downloaded here (the lock's
     file is a cp311 build); its sha256 is recorded beside the lock's.
 The carried files go into one tar, cut into parts that each fit a device call beside the
-working tree (.whl/lock/part-*); scripts/gpu/replay-lock.sh joins and installs them there.
+working tree (.whl/lock/part-*), with their sha256 in .whl/lock/parts.sha256;
+scripts/gpu/stage-part.sh keeps one a call on the device, scripts/gpu/replay-setup.sh joins,
+checks and installs them there (scripts/gpu/PLAN-issue20.md). A device call carries at most
+64 MiB with the working tree (about 9 MB): 55 MiB parts leave room for the tree to grow.
 """
 
 from __future__ import annotations
@@ -72,11 +75,20 @@ def download_cp312(name: str, version: str, dest: Path) -> Path:
     return new
 
 
+def part_size(total: int, max_mib: int) -> int:
+    """Bytes per part: the fewest parts of at most ``max_mib`` MiB, cut evenly (each device
+    call then carries the same, with the most room left for the working tree)."""
+    limit = max_mib * 2**20
+    count = -(-total // limit)
+    return -(-total // count)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cell")
     parser.add_argument("host_pip_list", type=Path)
-    parser.add_argument("--parts-mib", type=int, default=52)
+    parser.add_argument("--parts-mib", type=int, default=55,
+                        help="the most a part may hold, MiB (the fewest parts, cut evenly)")
     args = parser.parse_args()
     lock = json.loads(Path(f"pinning/locks/{args.cell}.lock").read_text())
     wheelhouse = Path("wheels") / args.cell
@@ -110,9 +122,12 @@ def main() -> int:
         bundle = Path(tmp) / "lock.tar"
         with tarfile.open(bundle, "w") as tar:
             tar.add(carried, arcname="wheels")
-        subprocess.run(["split", "-b", f"{args.parts_mib}M", "-d", str(bundle),
-                        str(OUT / "part-")], check=True)
+        size = part_size(bundle.stat().st_size, args.parts_mib)
+        subprocess.run(["split", "-b", str(size), "-d", str(bundle), str(OUT / "part-")],
+                       check=True)
     shutil.copy2(carried / "replay.json", OUT / "replay.json")
+    (OUT / "parts.sha256").write_text("".join(
+        f"{sha256(part)}  {part.name}\n" for part in sorted(OUT.glob("part-*"))))
     shutil.rmtree(carried)
     counts = {h: sum(e["how"] == h for e in entries) for h in ("host", "lock-file", "cp312-build")}
     parts = sorted(p.name for p in OUT.glob("part-*"))

@@ -12,7 +12,8 @@ Order of a build, each step able to stop it with a one-line error:
    rebuild air-gapped from the wheelhouse;
 5. normalisation (stackpin.normalize, on unless --no-normalize): layers and config
    rewritten so the image ID depends only on what was installed; the tags move to it.
-   Skipped where the engine's BuildKit rewrote the timestamps itself (native).
+   Skipped where the image is reproducible as built (native: BuildKit 0.13+ clamps the
+   config, the Dockerfile's steps clamp what they wrote).
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ from stackpin.checks import check_cell
 from stackpin.context import context_digest, read_sources, stage_context
 from stackpin.engine import BuildRequest, BuildResult, Engine, RunRequest
 from stackpin.engine.builders import CLASSIC, BuilderChoice
-from stackpin.errors import HostEnvironmentError, ValidationError
+from stackpin.errors import HostEnvironmentError, StackpinError, ValidationError
 from stackpin.lock import Lock, write_text_atomic
 from stackpin.matrix import Cell, Variant, pinned_wheels
 from stackpin.normalize import NormalizeRequest, normalize_image
 from stackpin.primitives import pretty_json
 from stackpin.render import Rendered, RenderRequest, layer_groups, render
 from stackpin.target import LABEL_CONTEXT_DIGEST, LABEL_DOCKERFILE_SHA256, Layout, Target
+from stackpin.tools import load_installer, require_installer
 from stackpin.wheelhouse import require_complete
 
 LineSink = Callable[[str], None]
@@ -66,6 +68,7 @@ def preflight(target: Target) -> None:
     """What must hold before Docker does any work, given a vetted cell and a current lock:
     a complete lock and a wheelhouse identical to it."""
     require_complete(target.lock, target.cell, target.layout.root)
+    require_installer(load_installer(target.layout.root), target.layout.root)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +104,7 @@ def plan(target: Target, *, no_cache: bool, provenance: dict[str, str],
         RenderRequest(
             cell=cell, variant=target.variant, lock=lock,
             sources=read_sources(target.layout.templates), stackpin_version=__version__,
-            builder=builder.builder,
+            builder=builder.builder, installer=load_installer(target.layout.root),
         )
     )
     made = {
@@ -121,7 +124,8 @@ def plan(target: Target, *, no_cache: bool, provenance: dict[str, str],
         source_date_epoch=cell.source_date_epoch,
         log_path=target.log_path,
         builder=builder.builder,
-        rewrite_timestamps=builder.native_timestamps,
+        rewrite_timestamps=builder.rewrite_timestamps,
+        native_timestamps=builder.native_timestamps,
     )
     return BuildPlan(target=target, rendered=rendered, request=request)
 
@@ -130,6 +134,7 @@ def stage(plan_: BuildPlan, root: Path) -> None:
     stage_context(
         plan_.rendered, plan_.lock, root=root, folder=plan_.context_dir,
         groups=layer_groups(plan_.cell, plan_.variant),
+        tools=(load_installer(root).path(root),),
     )
 
 
@@ -163,6 +168,9 @@ class BuildRecord:
     # engine's BuildKit), "normalised" (stackpin.normalize) or "as built" (--no-normalize).
     builder: str = "classic"
     timestamps: str = ""
+    # The image's package inventory as the SBOM probe printed it in the build's own
+    # measuring container (stackpin.sbom.parse_probe reads it); "" where it could not run.
+    inventory: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in self.__dict__.items()}
@@ -172,17 +180,29 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def measure_env_size(engine: Engine, image: str) -> int:
-    """Bytes under /opt/stackpin in the image (the installed environment), via du."""
+def measure_image(engine: Engine, image: str) -> tuple[int, str]:
+    """Bytes under /opt/stackpin in the image (the installed environment, via du) and its
+    package inventory (the SBOM probe's JSON line; "" where the probe cannot run), from one
+    container: a bundle export reads the inventory from the build record instead of
+    starting a container of its own beside the save (issue 24)."""
+    from stackpin import sbom  # CycloneDX's libraries load only where an inventory is read
+
     result = engine.run_to_completion(
-        RunRequest(image=image, entrypoint=("du",), command=("-sb", "/opt/stackpin"),
+        RunRequest(image=image, entrypoint=("/bin/sh",),
+                   command=("-c", 'du -sb /opt/stackpin && { "$0" -c "$1" || true; }',
+                            sbom.PYTHON, sbom.PROBE),
                    network_mode="none"),
-        timeout_s=300,
+        timeout_s=600,
     )
     if result.exit_code != 0:
         msg = f"cannot measure /opt/stackpin in {image}: {result.logs.strip()[:200]}"
         raise HostEnvironmentError(msg)
-    return int(result.stdout.split()[0])
+    size, _, probed = result.stdout.partition("\n")
+    try:
+        sbom.parse_probe(probed, image=image)
+    except StackpinError:
+        return int(size.split()[0]), ""
+    return int(size.split()[0]), probed.strip().splitlines()[-1]
 
 
 def execute(
@@ -212,16 +232,17 @@ def execute(
         timestamps = "normalised"
     image = engine.image_info(image_id)
     assert image is not None
+    env_size, inventory = measure_image(engine, image_id)
     record = BuildRecord(
         cell=plan_.cell.id, variant=plan_.variant, image_id=image_id, tags=result.tags,
         lock_digest=plan_.lock.digest, seconds=round(seconds, 2), steps=result.steps,
         cached_steps=result.cached_steps, image_size=image.size, base_size=base.size,
-        env_size=measure_env_size(engine, image_id), log_path=str(result.log_path),
+        env_size=env_size, log_path=str(result.log_path),
         raw_image_id=result.image_id, normalize_seconds=normalize_seconds,
         dockerfile_sha256=plan_.request.labels[LABEL_DOCKERFILE_SHA256],
         context_digest=plan_.request.labels[LABEL_CONTEXT_DIGEST],
         base_reference=plan_.rendered.base_reference, base_id=base.id,
-        builder=result.builder, timestamps=timestamps,
+        builder=result.builder, timestamps=timestamps, inventory=inventory,
     )
     write_record(plan_.target, record, plan_.rendered.dockerfile)
     return record

@@ -11,6 +11,7 @@ from pathlib import Path
 from stackpin import healthcheck
 from stackpin.lock import Lock
 from stackpin.render import Rendered, Sources
+from stackpin.tools import CONTEXT_DIR
 from stackpin.wheelhouse import locate
 
 EXECUTABLE = frozenset({"stackpin/entrypoint.sh"})
@@ -48,9 +49,11 @@ def context_digest(rendered: Rendered, verify_dir: Path, lock_digest: str) -> st
 
 
 def stage_context(
-    rendered: Rendered, lock: Lock, *, root: Path, folder: Path, groups: tuple[str, ...]
+    rendered: Rendered, lock: Lock, *, root: Path, folder: Path, groups: tuple[str, ...],
+    tools: tuple[Path, ...] = (),
 ) -> Path:
-    """A complete build context: rendered files, verify/ and each layer's locked wheels.
+    """A complete build context: rendered files, verify/, each layer's locked wheels and
+    the build tools' files (``tools``: the pinned installer's wheel, checked already) in tools/.
 
     Wheels are hard-linked when the filesystem allows (no copy of gigabytes), else copied.
     The folder is rebuilt from scratch so no stale wheel can slip into a layer.
@@ -66,6 +69,8 @@ def stage_context(
             continue
         target = folder / "wheels" / wheel.group / wheel.filename
         _link_or_copy(locate(root, lock.cell, wheel.filename), target)
+    for tool in tools:
+        _link_or_copy(tool, folder / CONTEXT_DIR / tool.name)
     return folder
 
 

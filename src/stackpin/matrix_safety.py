@@ -51,11 +51,13 @@ OPTION_VALUE = re.compile(r"[A-Za-z0-9_.:=/-]+")
 SENSITIVE_HOST_PATHS = (
     "/", "/etc", "/root", "/home", "/boot", "/proc", "/sys", "/dev", "/run", "/var",
     "/var/run", "/var/lib", "/var/lib/docker", "/var/run/docker.sock", "/run/docker.sock",
+    "/var/lib/containers", "/run/podman", "/run/podman/podman.sock",  # Podman's store, socket
     "/usr", "/bin", "/sbin", "/lib", "/lib64", "/opt", "/srv", "/tmp", "/mnt", "/media",
 )
 # Mounting anything inside these is as good as mounting them.
 SENSITIVE_HOST_TREES = ("/etc", "/root", "/boot", "/proc", "/sys", "/dev", "/run", "/var/run",
-                        "/var/lib/docker", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/home")
+                        "/var/lib/docker", "/var/lib/containers", "/usr", "/bin", "/sbin",
+                        "/lib", "/lib64", "/home")
 
 
 def sensitive_host_path(path: str) -> bool:

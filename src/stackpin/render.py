@@ -27,6 +27,7 @@ from stackpin.lock import GROUPS, Group, Lock, LockedWheel, wheel_name_version
 from stackpin.matrix import Cell, Variant, cell_json
 from stackpin.primitives import pretty_json, rfc3339
 from stackpin.servicespec import Service
+from stackpin.tools import Installer
 
 _LAYER_TEXT: dict[Group, tuple[str, str]] = {
     "vendor": (
@@ -43,6 +44,9 @@ _LAYER_TEXT: dict[Group, tuple[str, str]] = {
     ),
 }
 
+
+# Where BuildKit's tools stage keeps the step clamp and uv; bind-mounted, never in the image.
+TOOLS_MOUNT = "/opt/stackpin-tools"
 
 # The Dockerfile of each builder. The classic builder has no RUN --mount: its wheels are
 # copied into an install stage and the environment copied from there into the final one.
@@ -75,6 +79,9 @@ class RenderRequest:
     sources: Sources
     stackpin_version: str
     builder: Builder = "classic"
+    # The pinned installer (stackpin.tools): uv installs each layer; None: pip does (the
+    # venv's own pip, as before issue 24; what a render without the tools pin shows).
+    installer: Installer | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -299,6 +306,8 @@ def render(req: RenderRequest) -> Rendered:
         "stackpin/image.json": pretty_json(image_info(req)),
     }
     files.update(compat_files(cell.compat, python_tag=cell.python, sources=req.sources.templates))
+    if req.builder == "buildkit":  # each step's clamp, from the tools stage (never in the image)
+        files["tools/clamp.py"] = req.sources.text("clamp.py")
     if cell.env_script:
         files["stackpin/env.sh"] = env.get_template("env.sh.j2").render(context)
     if cell.service is not None:
@@ -330,6 +339,12 @@ def template_context(
             {"group": g, "title": _LAYER_TEXT[g][0], "why": _LAYER_TEXT[g][1]} for g in groups
         ],
         "torch_version": torch_version(cell),
+        "installer": req.installer,
+        # BuildKit: the tools stage's folder (clamp, uv), mounted into every step, and the
+        # clamp that ends each step; classic: uv unpacked into the install stage's /tmp.
+        "tools": TOOLS_MOUNT,
+        "uv_dir": TOOLS_MOUNT if req.builder == "buildkit" else "/tmp/uv",
+        "clamp": f'&& python3 {TOOLS_MOUNT}/clamp.py {cell.source_date_epoch} "$t0"',
         "attention": attention_module(cell, variant),
         "runtime_env": runtime_env(cell),
         "service": service_info(cell.service, variant) if cell.service else None,

@@ -36,9 +36,30 @@ def chosen_devices(cell: Cell, devices: str | None) -> str:
     return devices
 
 
-def with_run_profile(request: RunRequest, cell: Cell, *, devices: str | None = None) -> RunRequest:
+# Named once on each side of the container boundary (stackpin_verify.level0.NO_DEVICES_ENV,
+# templates/serve.py; a parity test holds them equal): the run passed no device flags on
+# purpose, so the suite reports what needs a card as unsupported and Studio starts on
+# unsloth's CPU fallback.
+NO_DEVICES_ENV = "STACKPIN_NO_DEVICES"
+
+
+def without_devices(cell: Cell) -> Cell:
+    """The cell with its device flags dropped (card nodes, --gpus, the card choice): how an
+    accelerator image runs on a host with no card. Shared memory, ulimits and mounts stay."""
+    return replace(cell, run=replace(cell.run, devices=(), gpus="", visible_devices=""))
+
+
+def with_run_profile(request: RunRequest, cell: Cell, *, devices: str | None = None,
+                     no_devices: bool = False) -> RunRequest:
     """The request plus the cell's run profile, the visibility variable set to the cards
-    chosen (``chosen_devices``)."""
+    chosen (``chosen_devices``); with ``no_devices`` the profile without its device flags,
+    and the container told so (``NO_DEVICES_ENV``)."""
+    if no_devices:
+        if devices is not None:
+            msg = f"--devices {devices} and --no-devices contradict each other: give one"
+            raise ConfigurationError(msg)
+        request = replace(request, environment={**request.environment, NO_DEVICES_ENV: "1"})
+        cell = without_devices(cell)
     run = replace(cell.run, visible_devices=chosen_devices(cell, devices))
     environment = {**request.environment, **visibility_environment(cell.platform, run)}
     return replace(with_run_flags(request, run), environment=environment)

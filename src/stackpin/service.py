@@ -51,11 +51,14 @@ def plan(
     port: int | None = None,
     timeout_s: int | None = None,
     devices: str | None = None,
+    no_devices: bool = False,
 ) -> ServePlan:
     """The container run of one variant's service (pure: no Docker, no files touched).
 
     The cell's run profile (device nodes, shm, ulimits, the cards in ``devices`` or the
     cell's default) is applied as bin/start.sh applies it, so Studio sees the cards.
+    ``no_devices`` runs it without the device flags (a GPU image on a host with no card):
+    the image's launcher then starts Studio on unsloth's CPU fallback, and says so.
     """
     service = service_of(cell)
     host_port = port if port is not None else service.endpoint(variant).port
@@ -77,7 +80,7 @@ def plan(
         workdir=service.state_dir,
         # The state folder names the run: one service per state folder, and tests find theirs.
         labels={LABEL_PROFILE: variant, LABEL_STATE: str(state_dir.resolve())},
-    ), cell, devices=devices)
+    ), cell, devices=devices, no_devices=no_devices)
     inside = service.bootstrap_password().removeprefix(service.state_dir).lstrip("/")
     return ServePlan(
         request=request,

@@ -27,6 +27,7 @@ from stackpin.piptarget import (
     target_platforms,
 )
 from stackpin.primitives import sha256_file, staged_folder
+from stackpin.wheelcache import keep, take
 
 
 def cell_dir(root: Path, cell_id: str) -> Path:
@@ -53,14 +54,15 @@ def pip_download_argv(
     return [*argv, "--dest", str(dest), "-r", str(requirements), "--no-deps", "--require-hashes"]
 
 
-def locked_requirements(lock: Lock) -> str:
-    """Requirements that download exactly the lock's index wheels, hash-checked."""
+def locked_requirements(lock: Lock, *, skip: frozenset[str] = frozenset()) -> str:
+    """Requirements that download exactly the lock's index wheels, hash-checked (those
+    named in ``skip`` are left out: the cache gave them)."""
     lines = [
         f"{w.name}=={w.version} --hash=sha256:{w.sha256}"
         for w in lock.wheels
-        if w.source == "index"
+        if w.source == "index" and w.filename not in skip
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +137,7 @@ class FetchResult:
     wheel_count: int
     bytes: int
     vendor: tuple[VendorFile, ...]
+    cached: int = 0  # of wheel_count, taken from the machine-wide cache (re-hashed)
 
 
 def fetch(
@@ -144,12 +147,15 @@ def fetch(
     *,
     runner: Runner = subprocess_runner,
     on_line: LineSink = lambda _line: None,
+    cache: Path | None = None,
 ) -> FetchResult:
     """Fill wheels/<cell>/ with exactly the lock's index wheels (hash-checked, no resolution).
 
-    Vendor files are never downloaded: the result lists which ones wheels/vendor/ must
-    hold. The folder is swapped in whole only after pip succeeded, so a failed fetch leaves
-    the old wheelhouse intact.
+    With ``cache`` (the machine-wide wheel cache, ``stackpin.wheelcache``) each wheel found
+    there under its locked sha256, re-hashed, is linked in, and pip downloads the rest,
+    which are then kept there. Vendor files are never downloaded: the result lists which
+    ones wheels/vendor/ must hold. The folder is swapped in whole only after pip
+    succeeded, so a failed fetch leaves the old wheelhouse intact.
     """
     if reason := stale_reason(lock, cell):
         msg = f"{cell.id}: {reason}; run 'stackpin lock {cell.id}' first"
@@ -157,19 +163,48 @@ def fetch(
     target = cell_dir(root, cell.id)
     target.parent.mkdir(parents=True, exist_ok=True)
     with staged_folder(target) as staging, tempfile.TemporaryDirectory() as tmp:
+        cached = _from_cache(lock, cache, staging)
+        if cached:
+            on_line(f"wheel cache: {len(cached)} wheel(s) re-hashed and linked from {cache}")
         requirements = Path(tmp) / "requirements.txt"
-        requirements.write_text(locked_requirements(lock), encoding="utf-8")
-        argv = pip_download_argv(cell, dest=staging, requirements=requirements)
-        on_line(f"pip download for {cell.python} / {cell.cpu_arch} / glibc {cell.glibc}")
-        if runner(argv, on_line) != 0:
-            msg = (
-                f"pip download failed for cell {cell.id}; the output above names the wheel "
-                "pip could not find for this target (check the lock and the index)"
-            )
-            raise HostEnvironmentError(msg)
+        requirements.write_text(locked_requirements(lock, skip=cached), encoding="utf-8")
+        if requirements.stat().st_size:
+            _download(cell, staging, requirements, runner=runner, on_line=on_line)
+        if cache is not None:
+            _keep_downloaded(lock, cache, staging, cached)
     files = list(target.glob("*.whl"))
     return FetchResult(wheel_count=len(files), bytes=sum(p.stat().st_size for p in files),
-                       vendor=tuple(vendor_files_needed(lock, root)))
+                       vendor=tuple(vendor_files_needed(lock, root)), cached=len(cached))
+
+
+def _from_cache(lock: Lock, cache: Path | None, staging: Path) -> frozenset[str]:
+    if cache is None:
+        return frozenset()
+    return frozenset(
+        w.filename for w in lock.wheels
+        if w.source == "index" and w.sha256
+        and take(cache, sha256=w.sha256, filename=w.filename, dest=staging / w.filename)
+    )
+
+
+def _download(cell: Cell, staging: Path, requirements: Path, *, runner: Runner,
+              on_line: LineSink) -> None:
+    argv = pip_download_argv(cell, dest=staging, requirements=requirements)
+    on_line(f"pip download for {cell.python} / {cell.cpu_arch} / glibc {cell.glibc}")
+    if runner(argv, on_line) != 0:
+        msg = (
+            f"pip download failed for cell {cell.id}; the output above names the wheel "
+            "pip could not find for this target (check the lock and the index)"
+        )
+        raise HostEnvironmentError(msg)
+
+
+def _keep_downloaded(lock: Lock, cache: Path, staging: Path, cached: frozenset[str]) -> None:
+    """pip checked each download against the lock's hash (--require-hashes): keep them."""
+    for wheel in lock.wheels:
+        path = staging / wheel.filename
+        if wheel.source == "index" and wheel.filename not in cached and path.is_file():
+            keep(cache, sha256=wheel.sha256, path=path)
 
 
 def require_complete(lock: Lock, cell: Cell, root: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -15,6 +16,7 @@ import pytest
 from test_bundle_fakes import (
     CPU_CELL,
     EPOCH,
+    PROBE_OUTPUT,
     STUDIO_NOTICE,
     add_image,
     cpu_selection,
@@ -26,9 +28,11 @@ from test_bundle_fakes import (
     site_trusting,
     unzstd,
 )
+from tests.conftest import ROOT
 from tests.fake_engine import FakeEngine
 
 from stackpin import sbom, signing
+from stackpin.build import load_record, measure_image, write_record
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import secrets as bundle_secrets
 from stackpin.bundle import siteconf
@@ -40,6 +44,7 @@ from stackpin.errors import BundleError, HostEnvironmentError
 from stackpin.matrix import RunFlags
 from stackpin.primitives import sha256_file
 from stackpin.render import base_reference
+from stackpin.target import Layout, Target
 
 
 def _files(folder: Path) -> list[str]:
@@ -55,8 +60,9 @@ def test_export_writes_the_layout_and_a_manifest_covering_every_file(tmp_path, s
     files = _files(out)
     assert files == sorted([
         "README.md", "SHA256SUMS", "images.tar.zst", "manifest.json", "manifest.sig",
-        "bin/bundle.conf", "bin/profiles/stable.conf", "bin/lib.sh", "bin/load.sh",
-        "bin/preflight.sh", "bin/start.sh", "bin/stop.sh", "bin/verify.sh",
+        "bin/bundle.conf", "bin/profiles/stable.conf", "bin/inventory.sh", "bin/lib.sh",
+        "bin/load.sh", "bin/preflight.sh", "bin/pull.sh", "bin/push.sh", "bin/registry.sh",
+        "bin/start.sh", "bin/stop.sh", "bin/verify.sh",
         f"dockerfiles/{CPU_CELL}-stable.Dockerfile", f"locks/{CPU_CELL}.lock",
         f"locks/{CPU_CELL}.cell.json", f"sbom/{CPU_CELL}-stable.cdx.json", f"reports/{CPU_CELL}-stable/report.json",
         f"reports/{CPU_CELL}-stable/verified.json",
@@ -365,3 +371,42 @@ def test_the_sbom_probe_runs_beside_the_save_stream(tmp_path, shipped_cells):
     assert engine.probe_during_save
     assert [r.command[0] for r in engine.runs] == ["-c"]  # one probe, the image's
     assert (result.out_dir / "sbom").is_dir()
+
+
+def test_an_inventory_the_build_recorded_costs_the_export_no_container(tmp_path,
+                                                                       shipped_cells):
+    # The build's measuring container ran the probe (build.measure_image) and the record
+    # keeps its line: the export starts no container and ships the same SBOM.
+    probed, _ = export_cpu(tmp_path / "probed", shipped_cells)
+    engine = engine_with_cpu(shipped_cells)
+    selection = cpu_selection(shipped_cells)
+    (tmp_path / "recorded").mkdir()
+    root = project(tmp_path / "recorded")
+    record_cpu_build(root, engine, selection)
+    target = Target(cell=selection.cell, variant=selection.variant, lock=selection.lock,
+                    layout=Layout(root))
+    record = load_record(target)
+    assert record is not None and record.inventory == ""
+    engine.run_stdout = f"2051293322\t/opt/stackpin\n{PROBE_OUTPUT}\n"  # du, then the probe
+    assert measure_image(engine, record.image_id) == (2051293322, PROBE_OUTPUT.strip())
+    line = PROBE_OUTPUT.strip()
+    write_record(target, dataclasses.replace(record, inventory=line),
+                 target.layout.dockerfile_record_path(target.cell.id, target.variant).read_text())
+    engine.runs.clear()
+    recorded, _ = export_cpu(tmp_path / "recorded", shipped_cells, engine=engine)
+    assert engine.runs == []
+    name = f"sbom/{CPU_CELL}-stable.cdx.json"
+    assert (recorded.out_dir / name).read_bytes() == (probed.out_dir / name).read_bytes()
+
+
+def test_a_probe_that_cannot_run_leaves_no_inventory_and_the_size_still_counts(shipped_cells):
+    engine = engine_with_cpu(shipped_cells)
+    selection = cpu_selection(shipped_cells)
+    image = engine.image_info(Target(cell=selection.cell, variant="stable", lock=selection.lock,
+                                     layout=Layout(ROOT)).tags[0])
+    assert image is not None
+    engine.run_stdout = "2051293322\t/opt/stackpin\nTraceback: no python here\n"
+    assert measure_image(engine, image.id) == (2051293322, "")
+    (run,) = engine.runs
+    assert (run.entrypoint, run.network_mode) == (("/bin/sh",), "none")
+    assert run.command[0] == "-c" and "du -sb /opt/stackpin" in run.command[1]

@@ -22,8 +22,9 @@ from test_bundle_fakes import (
     record_cpu_build,
     site_trusting,
 )
+from tests.conftest import pin_fake_installer
 
-from stackpin import signing
+from stackpin import signing, tools
 from stackpin.build import sha256_text
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import source
@@ -54,9 +55,21 @@ def _small_wheelhouse(root: Path, shipped_cells) -> bundle_format.Selection:
     return dataclasses.replace(selection, lock=lock)
 
 
+INSTALLER_BYTES = b"the pinned installer wheel"
+
+
+def _pinning(root: Path) -> None:
+    """The repository's matrices and locks, and an installer pin naming a small wheel here."""
+    (root / "pinning").mkdir()
+    for item in (ROOT / "pinning").iterdir():
+        if item.name != "tools":
+            (root / "pinning" / item.name).symlink_to(item)
+    pin_fake_installer(root, INSTALLER_BYTES)
+
+
 def _export(tmp_path: Path, shipped_cells, *, commits: tuple[str, ...] = (COMMIT,)):
     root = project(tmp_path)
-    (root / "pinning").symlink_to(ROOT / "pinning")
+    _pinning(root)
     (root / "verify").symlink_to(ROOT / "verify")
     selection = _small_wheelhouse(root, shipped_cells)
     engine = FakeEngine(run_stdout=PROBE_OUTPUT + "\n")
@@ -83,7 +96,8 @@ def test_a_with_wheels_bundle_is_a_project_that_names_its_commit(tmp_path, shipp
     out = result.out_dir
     files = _files(out)
     assert {p.name for p in (ROOT / "pinning").glob("*.toml")} == {
-        Path(f).name for f in files if f.startswith("pinning/") and f.endswith(".toml")}
+        Path(f).name for f in files
+        if f.startswith("pinning/") and f.endswith(".toml") and f != tools.PIN.as_posix()}
     assert (out / "pinning/locks" / f"{CPU_CELL}.lock").read_text() == selection.lock.text()
     templates = {p.relative_to(ROOT).as_posix() for p in (ROOT / "templates").rglob("*")
                  if p.is_file() and "__pycache__" not in p.parts}
@@ -92,6 +106,10 @@ def test_a_with_wheels_bundle_is_a_project_that_names_its_commit(tmp_path, shipp
     assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc")]
     assert {f"wheels/{CPU_CELL}/alpha-1.0-py3-none-any.whl",
             f"wheels/{CPU_CELL}/beta-1.0-py3-none-any.whl"} <= files
+    # The installer every build runs, pinned apart from the lock, travels with it.
+    wheel = (tools.TOOLS_DIR / tools.load_installer(ROOT).wheel).as_posix()
+    assert {tools.PIN.as_posix(), wheel} <= files
+    assert (out / wheel).read_bytes() == INSTALLER_BYTES
     assert (out / "SOURCE_COMMIT").read_text() == COMMIT + "\n"
     assert source_commit(out) == COMMIT  # what a build in this folder labels its image
     listed = {f["path"] for f in json.loads((out / "manifest.json").read_bytes())["files"]}

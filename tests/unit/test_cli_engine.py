@@ -57,8 +57,8 @@ def test_build_runs_the_whole_verb_on_the_engine_it_is_given(tmp_path, monkeypat
     assert {OCI_REVISION, LABEL_CONTEXT_DIGEST} <= set(request.labels)
     assert (request.context_dir / "Dockerfile").is_file()  # staged before the build
     assert engine.pulled == ["debian:bookworm"]  # the base, made present first
-    (measure,) = engine.runs
-    assert measure.entrypoint == ("du",)
+    (measure,) = engine.runs  # one container measures the environment (and probes the SBOM)
+    assert "du -sb /opt/stackpin" in measure.command[1] and measure.network_mode == "none"
     record = json.loads((tmp_path / "build" / "records" / "c1-stable.json").read_text())
     assert record["image_id"] == engine.tags[request.tags[0]]
     assert record["env_size"] == 4096

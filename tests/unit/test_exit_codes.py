@@ -18,6 +18,7 @@ import pytest
 import tomllib
 from click.testing import CliRunner
 from test_matrix import MINIMAL
+from tests.conftest import pin_fake_installer
 from tests.fake_engine import FakeEngine
 
 from stackpin.cli import common
@@ -69,6 +70,7 @@ def locked_project(root: Path) -> None:
     (root / "wheels" / "c1").mkdir(parents=True)
     (root / "wheels" / "c1" / TORCH).write_bytes(b"torch")
     (root / "wheels" / "c1" / NUMPY).write_bytes(b"numpy")
+    pin_fake_installer(root)
 
 
 def _build_fails(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:

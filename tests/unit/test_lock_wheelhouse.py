@@ -244,3 +244,72 @@ def test_failed_fetch_keeps_the_old_wheelhouse(tmp_path: Path):
         fetch(cell, tmp_path, lock_of(cell), runner=failing_pip)
     assert [p.name for p in (tmp_path / "wheels" / "k").iterdir()] == [NUMPY]
     assert [p.name for p in (tmp_path / "wheels").iterdir() if p.name.startswith(".")] == []
+
+
+# --- the machine-wide wheel cache ----------------------------------------------------------
+
+
+def _pip_writing(files: dict[str, bytes], asked: list[str]):
+    def fake_pip(argv: list[str], on_line) -> int:
+        dest = Path(argv[argv.index("--dest") + 1])
+        asked.append(Path(argv[argv.index("-r") + 1]).read_text())
+        for name, data in files.items():
+            (dest / name).write_bytes(data)
+        return 0
+    return fake_pip
+
+
+def test_fetch_keeps_downloads_in_the_cache_and_a_second_fetch_downloads_nothing(tmp_path: Path):
+    cell, cache = make_cell(), tmp_path / "cache"
+    lock = lock_of(cell)
+    asked: list[str] = []
+    first = fetch(cell, tmp_path / "a", lock, cache=cache,
+                  runner=_pip_writing({NUMPY: b"n", PEFT: b"p"}, asked))
+    assert first.cached == 0
+    assert (cache / "wheels" / sha(b"p") / PEFT).read_bytes() == b"p"
+
+    def no_pip(argv: list[str], on_line) -> int:
+        msg = "pip ran although the cache holds every wheel"
+        raise AssertionError(msg)
+
+    second = fetch(cell, tmp_path / "b", lock, cache=cache, runner=no_pip)
+    assert (second.cached, second.wheel_count) == (2, 2)
+    assert (tmp_path / "b" / "wheels" / "k" / PEFT).read_bytes() == b"p"
+    assert len(asked) == 1
+
+
+def test_a_flipped_byte_in_the_cache_is_never_used_the_wheel_is_downloaded_again(tmp_path: Path):
+    cell, cache = make_cell(), tmp_path / "cache"
+    lock = lock_of(cell)
+    fetch(cell, tmp_path / "a", lock, cache=cache,
+          runner=_pip_writing({NUMPY: b"n", PEFT: b"p"}, []))
+    # The wheelhouse shares the cached inode: a byte changed in either is changed in both.
+    (tmp_path / "a" / "wheels" / "k" / PEFT).write_bytes(b"P")
+    asked: list[str] = []
+    result = fetch(cell, tmp_path / "b", lock, cache=cache,
+                   runner=_pip_writing({PEFT: b"p"}, asked))
+    assert asked == [f"peft==0.17.1 --hash=sha256:{sha(b'p')}\n"]
+    assert result.cached == 1
+    assert (tmp_path / "b" / "wheels" / "k" / PEFT).read_bytes() == b"p"
+    assert (cache / "wheels" / sha(b"p") / PEFT).read_bytes() == b"p"
+
+
+def test_fetch_without_a_cache_asks_pip_for_every_wheel(tmp_path: Path):
+    cell, cache = make_cell(), tmp_path / "cache"
+    lock = lock_of(cell)
+    fetch(cell, tmp_path / "a", lock, cache=cache,
+          runner=_pip_writing({NUMPY: b"n", PEFT: b"p"}, []))
+    asked: list[str] = []
+    result = fetch(cell, tmp_path / "b", lock, runner=_pip_writing({NUMPY: b"n", PEFT: b"p"},
+                                                                     asked))
+    assert result.cached == 0
+    assert asked[0].count("--hash=sha256:") == 2
+
+
+def test_a_cache_key_cannot_name_a_path_outside_the_cache(tmp_path: Path):
+    from stackpin.wheelcache import entry
+
+    for sha256, filename in (("../" * 3 + "x", PEFT), (sha(b"p"), "../../etc/passwd"),
+                             (sha(b"p").upper(), PEFT), (sha(b"p"), "")):
+        with pytest.raises(ValueError, match="not a wheel cache key"):
+            entry(tmp_path, sha256, filename)

@@ -293,7 +293,8 @@ def test_the_image_to_compare_with_can_be_named(cpu_plan, tmp_path: Path):
     assert report.identical and report.reference == existing
 
 
-NATIVE = BuilderChoice(builder="buildkit", native_timestamps=True, reason="test")
+NATIVE = BuilderChoice(builder="buildkit", native_timestamps=True, reason="test",
+                       rewrite_timestamps=True)
 
 
 def test_native_timestamps_are_compared_as_built_never_normalised(cpu_plan, tmp_path: Path):
@@ -301,7 +302,8 @@ def test_native_timestamps_are_compared_as_built_never_normalised(cpu_plan, tmp_
     # so a differing build-time date is reported, not normalised away.
     engine, base_id = base_engine("containerd")
     native = replace(cpu_plan, request=replace(cpu_plan.request, builder="buildkit",
-                                               rewrite_timestamps=True))
+                                               rewrite_timestamps=True,
+                                               native_timestamps=True))
     existing = engine.build(native.request).image_id
     report = check_rebuild(engine, native, root=tmp_path, base_id=base_id, on_line=print)
     assert engine.builds[-1].rewrite_timestamps and engine.builds[-1].builder == "buildkit"
@@ -314,8 +316,10 @@ def test_the_plan_carries_the_builder_choice(cpu_plan):
     target = cpu_plan.target
     buildkit = plan(target, no_cache=True, provenance={}, builder=NATIVE)
     request = buildkit.request
-    assert (request.builder, request.rewrite_timestamps) == ("buildkit", True)
-    assert (cpu_plan.request.builder, cpu_plan.request.rewrite_timestamps) == ("classic", False)
+    assert (request.builder, request.rewrite_timestamps, request.native_timestamps) == (
+        "buildkit", True, True)
+    assert (cpu_plan.request.builder, cpu_plan.request.rewrite_timestamps,
+            cpu_plan.request.native_timestamps) == ("classic", False, False)
     # Each builder gets its own Dockerfile, and the labels name the one it gets.
     assert "RUN --mount=type=bind" in buildkit.rendered.dockerfile
     assert "COPY --from=install" in cpu_plan.rendered.dockerfile

@@ -30,8 +30,10 @@ from stackpin.render import (
     render,
     render_template,
 )
+from stackpin.tools import load_installer
 
 TEMPLATES = ROOT / "templates"
+INSTALLER = load_installer(ROOT)
 SYNTHETIC = synthetic_cells()
 CPU_CELL = "synth-cpu"
 K100_CELL = "synth-dtk"  # the DTK shape: env.sh, vendor torch, FlashAttention
@@ -46,6 +48,7 @@ def _render(cell: Cell, variant: str, *, with_lock: bool = True, builder: str = 
             sources=read_sources(TEMPLATES),
             stackpin_version="0.1.0",
             builder=builder,  # type: ignore[arg-type]
+            installer=INSTALLER,
         )
     )
 
@@ -81,18 +84,28 @@ def _instructions(text: str) -> list[str]:
 def test_buildkit_writes_the_environment_once_with_no_wheel_in_any_layer(shipped_cells):
     text = _render(shipped_cells[K100_CELL], "enhanced", builder="buildkit").dockerfile
     steps = _instructions(text)
-    assert [s.split()[0] for s in steps].count("FROM") == 1  # no install stage to copy from
-    assert not any("--from" in s or "wheels/" in s for s in steps if s.startswith("COPY"))
-    installs = [s for s in steps if "pip install" in s]
+    froms = [s for s in steps if s.startswith("FROM ")]
+    # The tools stage (clamp, uv) and the one stage the image is: no install stage.
+    assert [f.split()[-1] for f in froms] == ["tools", base_reference(shipped_cells[K100_CELL])]
+    final = steps[steps.index(froms[-1]):]
+    assert not any(s.startswith("COPY") for s in final)  # the build files come by RUN
+    installs = [s for s in final if "uv pip install" in s]
     assert len(installs) == 3
+    tools = "--mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools"
     for group, step in zip(("vendor", "stack", "attention"), installs, strict=True):
         # Each layer mounts its own wheels, in the order torch/vendor -> stack -> attention.
         mount = f"--mount=type=bind,source=wheels/{group},target=/tmp/wheelhouse/{group}"
-        assert step.startswith(f"RUN {mount} source /opt/dtk/env.sh && ")
-        assert "--no-index --no-deps --require-hashes" in step
+        assert step.startswith(f"RUN {mount} {tools} t0=$(date +%s%N) && source /opt/dtk/env.sh && ")
+        assert "--offline --no-config --no-cache --no-index --no-deps --require-hashes --no-build" in step
         assert f"-r /tmp/wheelhouse/{group}/requirements.txt" in step
-    guard = next(i for i, s in enumerate(steps) if "guard.py" in s)
-    assert guard > steps.index(installs[-1])  # the guard sees every install
+    guard = next(i for i, s in enumerate(final) if "guard.py" in s)
+    assert guard > final.index(installs[-1])  # the guard sees every install
+    # Every step of the image ends with the clamp of what it wrote (docs/reproducibility.md).
+    runs = [s for s in final if s.startswith("RUN ")]
+    assert len(runs) == 5
+    for step in runs:
+        assert tools in step
+        assert step.endswith('&& python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"'), step
 
 
 def test_buildkit_build_settings_reach_every_run_but_not_the_image(shipped_cells):
@@ -102,7 +115,9 @@ def test_buildkit_build_settings_reach_every_run_but_not_the_image(shipped_cells
     assert args == ["ARG PIP_NO_INDEX=1", "ARG PIP_NO_CACHE_DIR=1",
                     "ARG PIP_DISABLE_PIP_VERSION_CHECK=1", "ARG PYTHONDONTWRITEBYTECODE=1",
                     "ARG SOURCE_DATE_EPOCH=1700000000"]
-    first_run = next(i for i, s in enumerate(steps) if s.startswith("RUN "))
+    final = max(i for i, s in enumerate(steps) if s.startswith("FROM "))
+    first_run = next(i for i, s in enumerate(steps) if s.startswith("RUN ") and i > final)
+    assert final < min(steps.index(a) for a in args)
     assert max(steps.index(a) for a in args) < first_run
     envs = " ".join(s for s in steps if s.startswith("ENV "))
     assert "PIP_" not in envs and "PYTHONDONTWRITEBYTECODE" not in envs
@@ -147,7 +162,8 @@ def test_fragment_build_env():
 
 def test_fragment_install_layer():
     layer = {"group": "stack", "title": "Layer 2: T.", "why": "W."}
-    assert _fragment("install-layer", layer=layer, prefix="source /e.sh && ") == (
+    assert _fragment("install-layer", layer=layer, prefix="source /e.sh && ",
+                     installer=None) == (
         "# Layer 2: T.\n"
         "# W.\n"
         "COPY wheels/stack/ /tmp/wheelhouse/stack/\n"
@@ -159,9 +175,44 @@ def test_fragment_install_layer():
     )
 
 
+def test_fragment_install_layer_with_the_pinned_installer():
+    layer = {"group": "stack", "title": "Layer 2: T.", "why": "W."}
+    assert _fragment("install-layer", layer=layer, prefix="", installer=INSTALLER,
+                     uv_dir="/tmp/uv") == (
+        "# Layer 2: T.\n"
+        "# W.\n"
+        "COPY wheels/stack/ /tmp/wheelhouse/stack/\n"
+        "RUN /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline "
+        "--no-config --no-cache \\\n"
+        "        --no-index --no-deps --require-hashes --no-build \\\n"
+        "        --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt "
+        "\\\n"
+        "    && rm -rf /tmp/wheelhouse/stack\n"
+    )
+
+
+def test_the_installer_is_checked_before_it_runs_and_never_reaches_the_image():
+    classic = _render(SYNTHETIC[CPU_CELL], "stable").dockerfile
+    buildkit = _render(SYNTHETIC[CPU_CELL], "stable", builder="buildkit").dockerfile
+    check = (f"echo '{INSTALLER.sha256}  /tmp/tools/{INSTALLER.wheel}' | sha256sum --check "
+             "--quiet")
+    for text in (classic, buildkit):
+        steps = _instructions(text)
+        unpack = next(i for i, s in enumerate(steps) if check in s)
+        first_install = next(i for i, s in enumerate(steps) if "uv pip install" in s)
+        assert unpack < first_install
+        assert "pip install" not in " ".join(s for s in steps if "uv pip" not in s)
+    # Classic: in the install stage's /tmp, which the final stage never copies.
+    final = classic[classic.rindex("\nFROM "):]
+    assert "/tmp/uv" not in final and "COPY --from=install /opt/stackpin /opt/stackpin" in final
+    # BuildKit: in the tools stage, only ever bind-mounted.
+    assert "COPY --from=tools" not in buildkit
+
+
 def test_fragment_guard_quotes_versions_for_the_shell():
     cell = SimpleNamespace(python="cp399", numpy="<2")
-    assert _fragment("guard", cell=cell, prefix="", torch_version="1.0+x y", env_script="") == (
+    assert _fragment("guard", cell=cell, prefix="", torch_version="1.0+x y", env_script="",
+                     one_stage=False) == (
         "# Guard: the build fails here, not at the site, when pip installed anything but the pins\n"
         "# (pip check inside, less the requirements the cell drops by name in the matrix).\n"
         "COPY stackpin/ /opt/stackpin/\n"
@@ -205,7 +256,7 @@ def test_dtk_enhanced_holds_no_deps_env_sourcing_guard(shipped_cells):
     text = _render(shipped_cells[K100_CELL], "enhanced").dockerfile
     runs = [line for line in text.splitlines() if line.startswith("RUN ")]
     assert runs and all(line.startswith("RUN source /opt/dtk/env.sh && ") for line in runs)
-    assert text.count("pip install --no-index --no-deps --require-hashes") == 3
+    assert text.count("--no-index --no-deps --require-hashes --no-build") == 3
     assert "guard.py" in text and "--torch 1.0.0+das.dtk9901" in text
     assert "--numpy '<2'" in text
     assert "pip check" in text

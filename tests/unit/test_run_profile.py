@@ -206,3 +206,68 @@ def test_a_cell_without_ulimits_keeps_the_form_its_lock_was_digested_from(shippe
     assert "ulimits" not in cell_to_dict(cpu)["run"]
     dtk = shipped_cells["dtk2404-torch210-py310"]
     assert cell_to_dict(dtk)["run"]["ulimits"] == ["memlock=-1:-1", "stack=-1:-1"]
+
+
+@pytest.mark.parametrize("cell_id", ACCELERATOR_CELLS)
+def test_no_devices_drops_only_the_device_flags_on_both_sides(site, tmp_path, shipped_cells,
+                                                               cell_id):
+    """A GPU image on a host with no card (CI, a laptop): start.sh --no-devices and serve
+    --no-devices pass neither card nodes nor --gpus nor a card choice, tell the image so,
+    and keep every other declared flag (shm, ulimits, groups, mounts)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "templates"))
+    import serve as image_launcher
+
+    from stackpin.runprofile import NO_DEVICES_ENV
+
+    cell = shipped_cells[cell_id]
+    install_profile(site[0], cell)
+    site_flags = flags_of(start_argv(site, "--no-devices"))
+    request = served(cell, tmp_path, shipped_cells, no_devices=True)
+    want = {**declared(cell.run), "devices": (), "gpus": ""}
+    serve_flags = request_flags(request)
+    for key in ("devices", "group_add", "cap_add", "security_opt", "ulimits", "shm_size",
+                "gpus", "ipc_mode"):
+        assert site_flags[key] == want[key], (key, site_flags[key])
+        assert serve_flags[key] == want[key], (key, serve_flags[key])
+    # One name on the three sides: stackpin, start.sh and the image's Studio launcher.
+    assert NO_DEVICES_ENV == image_launcher.NO_DEVICES_ENV
+    own = ("STACKPIN_PROFILE=", "HOME=")  # start.sh's own, for every profile
+    assert [e for e in site_flags["env"] if not e.startswith(own)] == [f"{NO_DEVICES_ENV}=1"]
+    assert request.environment[NO_DEVICES_ENV] == "1"
+    assert not any(key.endswith("_VISIBLE_DEVICES") for key in request.environment)
+
+
+def test_the_image_launcher_allows_the_cpu_fallback_only_without_devices():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "templates"))
+    import serve as image_launcher
+
+    sys.path.insert(0, str(ROOT / "verify"))
+    from stackpin_verify import imports
+
+    # L0.imports judges unsloth on the same switch Studio is started with.
+    assert imports._CPU_FALLBACK == {image_launcher.CPU_FALLBACK_ENV: "0"}
+    on = image_launcher.environment_for({"STACKPIN_NO_DEVICES": "1", "PATH": "/bin"})
+    assert on[image_launcher.CPU_FALLBACK_ENV] == "0"
+    # With the device flags (or a stray value), Studio keeps its own default: a GPU image
+    # whose card is missing fails to load a model instead of quietly running on the CPU.
+    for environ in ({}, {"STACKPIN_NO_DEVICES": "0"}, {"STACKPIN_NO_DEVICES": "yes"}):
+        assert image_launcher.CPU_FALLBACK_ENV not in image_launcher.environment_for(environ)
+
+
+def test_devices_and_no_devices_together_are_refused_by_both_sides(site, tmp_path,
+                                                                  shipped_cells):
+    cell = shipped_cells["cuda130-sm90-torch2110-py311"]
+    install_profile(site[0], cell)
+    out, _public, env, log = site
+    log.write_text("")
+    done = _run(out, "start.sh", "stable", "--devices", "0", "--no-devices",
+                env={**env, "STACKPIN_PORT": str(_free_port())})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "contradict" in done.stderr
+    assert not [call for call in _calls(log) if call.startswith("run ")]
+    with pytest.raises(ConfigurationError, match="contradict"):
+        served(cell, tmp_path, shipped_cells, devices="0", no_devices=True)

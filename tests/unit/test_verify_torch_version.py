@@ -50,3 +50,36 @@ def test_no_device_on_purpose_is_unsupported_never_a_pass(monkeypatch) -> None:
             check(ctx)
     # A CPU image is judged as before: the flag says nothing about it.
     assert level0.check_devices(cpu_context(image_info(platform="cpu")))["count"] == 0
+
+
+def test_without_devices_every_kernel_level_is_unsupported_and_never_runs(monkeypatch) -> None:
+    """--no-devices on a CUDA image: L1-L7 would run their CPU paths and pass, proving
+    nothing about the image's device stack; each is one unsupported line, requested or not,
+    and no level module is even imported. L8 (the service) is not a kernel level."""
+    import importlib
+
+    from verify_helpers import cpu_context, image_info
+
+    from stackpin_verify import level0, runner
+
+    imported: list[str] = []
+    real_import = importlib.import_module
+
+    def recording_import(name: str, *args: object):
+        imported.append(name)
+        return real_import(name, *args)
+
+    monkeypatch.setattr(runner.importlib, "import_module", recording_import)
+    monkeypatch.setenv(level0.NO_DEVICES_ENV, "1")
+    ctx = cpu_context(image_info(platform="cuda"))
+    results, _ = runner.run_levels(ctx, range(1, 8))
+    assert [(r.name, r.status) for r in results] == [(f"L{n}.level", "skip") for n in range(1, 8)]
+    assert {r.reason for r in results} == {level0.UNSUPPORTED_NO_DEVICE}
+    assert imported == []
+    assert runner.unsupported_here(ctx, 8) is None
+    assert runner.unsupported_here(ctx, 0) is None
+    # Without the flag, or for a CPU image, the levels run as before (L1 passes on CPU).
+    monkeypatch.delenv(level0.NO_DEVICES_ENV)
+    assert runner.unsupported_here(ctx, 1) is None
+    monkeypatch.setenv(level0.NO_DEVICES_ENV, "1")
+    assert runner.unsupported_here(cpu_context(image_info(platform="cpu")), 1) is None

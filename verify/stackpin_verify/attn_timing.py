@@ -1,6 +1,7 @@
 """L3.variants.attention: the image's attention package (enhanced) against SDPA's default
 backend (stable: no backend forced, what a model gets without the package), on the shapes
-the cell serves: forward and forward+backward, causal and not, head dims 64 and 128.
+the cells' service trains and serves at (``stackpin_verify.workload``, declared as data):
+forward+backward for training batches, forward for prefills, causal, head dims 64 and 128.
 
 Both kernels get the layout a transformers model hands them: [B, S, H, D] tensors, passed
 as they are to the package and as [B, H, S, D] views to SDPA. Correctness is L3's cases'
@@ -18,18 +19,13 @@ from dataclasses import dataclass
 
 import torch
 
-from stackpin_verify import attn_package, capability, recommend
+from stackpin_verify import attn_package, capability, recommend, workload
 from stackpin_verify.attention import make_qkv, sdpa
 from stackpin_verify.bench import Timer, select_timer
 from stackpin_verify.checks import CheckFailed, Metrics, Skip
 from stackpin_verify.context import Context, synchronize
 
 CHECK = "L3.variants.attention"
-# What issue 20 measured on an H200: 16,384 tokens per call, 16 heads.
-TOKENS = 16384
-HEADS = 16
-SEQLENS = (1024, 4096)
-HEAD_DIMS = (64, 128)
 MODES = ("fwd", "fwd_bwd")
 # Max |package - SDPA| on outputs of order 1: two honest bf16 kernels differ by a few bf16
 # ulps (H200, issue 13: under 0.016); a kernel off by this much computes something else.
@@ -46,8 +42,8 @@ class Shape:
     head_dim: int
     causal: bool
     mode: str  # "fwd" | "fwd_bwd"
-    tokens: int = TOKENS
-    heads: int = HEADS
+    tokens: int  # batch x seqlen
+    heads: int = 16
 
     @property
     def batch(self) -> int:
@@ -59,17 +55,13 @@ class Shape:
 
     def describe(self) -> str:
         mask = "causal" if self.causal else "noncausal"
-        return f"s{self.seqlen}.hd{self.head_dim}.{mask}.{self.mode}"
+        return f"b{self.batch}.s{self.seqlen}.hd{self.head_dim}.{mask}.{self.mode}"
 
 
-def shapes(tokens: int = TOKENS) -> list[Shape]:
-    return [
-        Shape(seqlen, dim, causal, mode, tokens=tokens)
-        for seqlen in SEQLENS
-        for dim in HEAD_DIMS
-        for causal in (True, False)
-        for mode in MODES
-    ]
+def shapes() -> list[Shape]:
+    """The declared workload's attention calls (workload.json), in its order."""
+    return [Shape(s.seqlen, s.head_dim, True, s.mode, tokens=s.batch * s.seqlen,
+                  heads=s.heads) for s in workload.attention_shapes()]
 
 
 def check(ctx: Context) -> Metrics:

@@ -85,11 +85,19 @@ def check_backend(ctx: Context) -> Metrics:
 NO_DEVICES_ENV = "STACKPIN_NO_DEVICES"
 
 
-def _unsupported_without_devices(ctx: Context) -> None:
+UNSUPPORTED_NO_DEVICE = "unsupported: no device (the run passed no device flags: --no-devices)"
+
+
+def no_device_run(ctx: Context) -> bool:
+    """An accelerator image run without its device flags on purpose (--no-devices), and
+    indeed no device visible: what needs a device is unsupported here, never passed."""
     accelerator = bool(ctx.platform_facts.get("accelerator"))
-    if accelerator and not ctx.accelerated and os.environ.get(NO_DEVICES_ENV) == "1":
-        msg = "unsupported: no device (the run passed no device flags: --no-devices)"
-        raise Skip(msg)
+    return accelerator and not ctx.accelerated and os.environ.get(NO_DEVICES_ENV) == "1"
+
+
+def _unsupported_without_devices(ctx: Context) -> None:
+    if no_device_run(ctx):
+        raise Skip(UNSUPPORTED_NO_DEVICE)
 
 
 def judge_devices(count: int, image_platform: str, facts: Mapping[str, object]) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from stackpin_verify import environment
+from stackpin_verify import environment, level0
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, run_check
 from stackpin_verify.context import Context
 from stackpin_verify.torchnames import CPU, GPU
@@ -54,6 +54,20 @@ def make_context(
     )
 
 
+# The levels that run kernels on the device (L1 GEMM to L7 collectives). In an accelerator
+# image run with --no-devices they would otherwise run their CPU paths and pass, proving
+# nothing about the image's device stack: each is one "unsupported: no device" line. L0
+# (the install) and L8 (the service, on Studio's CPU fallback) still run.
+DEVICE_LEVELS = frozenset(range(1, 8))
+
+
+def unsupported_here(ctx: Context, level: int) -> str | None:
+    """Why a level cannot run in this run at all, whether requested or not."""
+    if level in DEVICE_LEVELS and level0.no_device_run(ctx):
+        return level0.UNSUPPORTED_NO_DEVICE
+    return None
+
+
 def left_out_by_default(ctx: Context, level: int) -> str | None:
     """Why a level that cannot pass anything on this host stays out of a default run (it
     still runs, and must pass something, when requested with --levels)."""
@@ -88,6 +102,10 @@ def run_levels(
     durations: dict[int, float] = {}
     for level in sorted(set(levels)):
         start = time.perf_counter()
+        if (unsupported := unsupported_here(ctx, level)) is not None:
+            results.append(run_check(f"L{level}.level", functools.partial(_skip, unsupported)))
+            durations[level] = time.perf_counter() - start
+            continue
         left_out = None if requested else left_out_by_default(ctx, level)
         if left_out is not None:
             results.append(run_check(f"L{level}.level", functools.partial(_left_out, left_out)))
@@ -101,6 +119,10 @@ def run_levels(
             results.append(run_check(f"L{level}.level", functools.partial(_fail, verdict)))
         durations[level] = time.perf_counter() - start
     return results, durations
+
+
+def _skip(reason: str) -> Metrics:
+    raise Skip(reason)
 
 
 def _left_out(reason: str) -> Metrics:

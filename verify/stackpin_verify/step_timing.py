@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from stackpin_verify import attn_package, recommend, tinylm
+from stackpin_verify import attn_package, recommend, tinylm, workload
 from stackpin_verify.bench import Timer, select_timer
 from stackpin_verify.checks import CheckFailed, Metrics, Skip
 from stackpin_verify.context import Context, synchronize
@@ -35,17 +35,27 @@ LOGITS_AGREEMENT = 0.05
 
 @dataclass(frozen=True)
 class SpeedModel:
-    """A two-layer Qwen2 with the cell's attention shape (16 heads of 128, GQA 4:1) at
-    2 x 4096 tokens: attention is about a third of the step, as in the models users tune."""
+    """A two-layer Qwen2 with the workload's attention (``stackpin_verify.workload``: 16 heads
+    of 128, GQA 4:1) on its first training batch (Studio's defaults, 4 x 2048 tokens):
+    attention is about a third of the step, as in the models users tune."""
 
-    hidden: int = 2048
-    heads: int = 16
-    kv_heads: int = 4
-    intermediate: int = 5632
-    layers: int = 2
-    vocab: int = 4096
-    batch: int = 2
-    seqlen: int = 4096
+    hidden: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    layers: int
+    vocab: int
+    batch: int
+    seqlen: int
+
+    @classmethod
+    def declared(cls) -> SpeedModel:
+        data = workload.declared()
+        model, shape = data["train_model"], workload.train_shape(data)
+        return cls(hidden=shape.heads * shape.head_dim, heads=shape.heads,
+                   kv_heads=int(data["kv_heads"]), intermediate=int(model["intermediate"]),
+                   layers=int(model["layers"]), vocab=int(model["vocab"]), batch=shape.batch,
+                   seqlen=shape.seqlen)
 
     def config(self, implementation: str) -> Any:
         config = _transformers("Qwen2Config")(
@@ -81,7 +91,7 @@ def check(ctx: Context) -> Metrics:
         ctx.need_module(name)
     package = attn_package.for_timing(ctx.image_field("attention"), recommend.NO_PACKAGE)
     timer = select_timer(ctx.device)
-    return compare(package, SpeedModel(), ctx.device, ctx.train_dtype(), timer)
+    return compare(package, SpeedModel.declared(), ctx.device, ctx.train_dtype(), timer)
 
 
 def compare(

@@ -28,13 +28,12 @@ from stackpin.target import LABEL_SOURCE_COMMIT, LABEL_VERSION, Layout
 
 
 def plan(resolved: Resolved, images: Sequence[BundleImage], stream: StreamStats, *,
-         inventories: Mapping[str, sbom.Inventory]) -> list[Entry]:
-    """Every file but the image streams, SHA256SUMS and the manifest; ``inventories``
-    (``probe_inventories``, by image ID) are what each image's SBOM is made of."""
+         sboms: Sequence[Entry]) -> list[Entry]:
+    """Every file but the image streams, SHA256SUMS and the manifest; ``sboms`` are the
+    SBOM files (``sbom_entries``, made beside the save)."""
     built, root = resolved.built, resolved.layout.root
     created = rfc3339(resolved.epoch)
-    entries = sbom_files(inventories, images, created)
-    entries += provenance_files(built, stackpin_version=__version__)
+    entries = [*sboms, *provenance_files(built, stackpin_version=__version__)]
     if resolved.with_wheels:
         entries += rebuild_files(resolved.layout, built)
     entries += site_files(root / "bundle", images, stream)
@@ -130,16 +129,21 @@ def model_files(root: Path, *, ship: bool, created: str) -> list[Entry]:
     return [*entries, Entry(path="sbom/models.cdx.json", data=document)]
 
 
-def probe_inventories(engine: Engine, images: Sequence[BundleImage]) -> dict[
+def probe_inventories(engine: Engine, built: Sequence[BuiltImage]) -> dict[
         str, sbom.Inventory]:
-    """Each image's own package inventory by image ID, from the probe run inside it.
+    """Each image's own package inventory by image ID: the one its build recorded (the
+    probe ran in the build's measuring container), else from the probe run inside it now.
 
-    Export runs this beside the save stream (it needs only the images' IDs): the probe's
-    container start and its Python were 8-12 s an image after the stream, beyond the
-    export's whole margin over `docker save`.
+    Export runs this beside the save stream (it needs only the images' IDs): a probe's
+    container start and its Python were 8-12 s an image, and even beside the save they
+    took CPU from it on a loaded host; a recorded inventory costs no container at all.
     """
     inventories = {}
-    for image in images:
+    for item in built:
+        image = item.image
+        if item.record.inventory:
+            inventories[image.id] = sbom.parse_probe(item.record.inventory, image=image.tags[0])
+            continue
         result = engine.run_to_completion(sbom.probe_request(image.id), timeout_s=600)
         if result.exit_code != 0:
             msg = (
@@ -149,6 +153,13 @@ def probe_inventories(engine: Engine, images: Sequence[BundleImage]) -> dict[
             raise BundleError(msg)
         inventories[image.id] = sbom.parse_probe(result.stdout, image=image.tags[0])
     return inventories
+
+
+def sbom_entries(engine: Engine, resolved: Resolved) -> list[Entry]:
+    """The SBOM files of every bundled image: needs only the images' IDs and tags, so the
+    export makes them (inventories, CycloneDX documents, their schema check) beside the save."""
+    return sbom_files(probe_inventories(engine, resolved.built),
+                      [item.image for item in resolved.built], rfc3339(resolved.epoch))
 
 
 def sbom_files(inventories: Mapping[str, sbom.Inventory], images: Sequence[BundleImage],

@@ -77,14 +77,15 @@ def export(engine: Engine, request: ExportRequest, *,
             raise BundleError(msg)
     resolved = resolve(engine, request, archive=archive)
     with staged_folder(out_dir) as staging, ThreadPoolExecutor(max_workers=1) as beside:
-        on_line("bundle: reading package inventories (SBOM) from the images, beside the save")
-        # The probe waits on a container start and the image's own Python, the save on the
-        # daemon's stream and zstd: run together, the probe costs the export next to nothing.
-        probed = beside.submit(contents.probe_inventories, engine,
-                               [item.image for item in resolved.built])
+        on_line("bundle: writing the SBOMs (package inventories from the build records, or "
+                "probed in the images) beside the save")
+        # A probe waits on a container start and the image's own Python, the documents'
+        # schema check on jsonschema, the save on the daemon's stream and zstd: run
+        # together, the SBOMs cost the export next to nothing.
+        probed = beside.submit(contents.sbom_entries, engine, resolved)
         stream, images, streamed = _save_images(engine, resolved, staging, on_line=on_line,
                                                 meter=meter)
-        entries = contents.plan(resolved, images, stream, inventories=probed.result())
+        entries = contents.plan(resolved, images, stream, sboms=probed.result())
         manifest = _write(staging, entries, resolved, images, stream, streamed=streamed,
                           on_line=on_line)
     return ExportResult(out_dir=out_dir, archive=archive,
@@ -100,10 +101,15 @@ def _save_images(engine: Engine, resolved: Resolved, staging: Path, *, on_line: 
     built = resolved.built
     names = sorted({t for item in built for t in item.image.tags})
     on_line(f"bundle: saving {len(built)} image(s) as one stream: {', '.join(names)}")
+    held = resolved.against.chains if resolved.against is not None else frozenset()
     stream, bundled = write_images(engine, names, staging / IMAGES, threads=resolved.threads,
-                                   meter=meter)
+                                   meter=meter, held=held)
     (staging / IMAGES).chmod(0o644)
     on_line(f"bundle: {IMAGES}: {stream.tar_bytes} -> {stream.bytes} bytes")
+    if resolved.against is not None:
+        left = sorted({b.diff_id for image in bundled.values() for b in image.base_layers})
+        on_line(f"bundle: delta against the site inventory: {len(left)} layer(s) the site "
+                "holds left out")
     streamed = {IMAGES: stream.sha256}
     for path, reference in (source.base_streams(built) if resolved.with_wheels else {}).items():
         on_line(f"bundle: saving the base {reference} as {path} for offline rebuilds")
@@ -112,7 +118,8 @@ def _save_images(engine: Engine, resolved: Resolved, staging: Path, *, on_line: 
         (staging / path).chmod(0o644)
         streamed[path] = base.sha256
     images = [replace(item.image, config_digest=bundled[item.image.id].config_digest,
-                      manifest_digest=bundled[item.image.id].manifest_digest) for item in built]
+                      manifest_digest=bundled[item.image.id].manifest_digest,
+                      base_layers=bundled[item.image.id].base_layers) for item in built]
     return stream, images, streamed
 
 
@@ -149,6 +156,7 @@ def _write(staging: Path, entries: Sequence[Entry], resolved: Resolved,
         selections=resolved.selections, images=images, files=files, stream=stream,
         layout_version=contents.layout_version(resolved.layout),
         with_wheels=resolved.with_wheels, signed_by=resolved.signed_by,
+        against=resolved.against.sha256 if resolved.against is not None else None,
     ))
     _put(staging, [Entry(path=MANIFEST, data=manifest)])
     if resolved.signer is not None:

@@ -14,6 +14,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from stackpin import __version__
+from stackpin.bundle.delta import BaseLayer, Inventory
 from stackpin.errors import BundleError
 from stackpin.lock import Lock
 from stackpin.matrix import VARIANTS, Cell, RunFlags, Variant
@@ -74,6 +75,7 @@ class ExportRequest:
     force: bool = False
     zstd_threads: int = -1  # -1: one worker per CPU; the bytes do not depend on it
     allow_rehearsal: frozenset[str] = frozenset()  # cells whose stand-in images may ship
+    against: Inventory | None = None  # a site's inventory: ship only the layers it lacks
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +98,8 @@ class BundleImage:
     # The IDs it has once loaded, set by the export's stream: identity is per store.
     config_digest: str = ""  # on a classic store (and Engine 20.10)
     manifest_digest: str = ""  # on a containerd image store
+    # A delta bundle leaves these layers out: the site must hold them (bundle.delta).
+    base_layers: tuple[BaseLayer, ...] = ()
 
     @property
     def load_ids(self) -> tuple[str, str]:
@@ -191,8 +195,10 @@ def build_manifest(
     layout_version: str,
     with_wheels: bool,
     signed_by: str | None,
+    against: str | None = None,
 ) -> dict[str, Any]:
-    """The manifest document (pure); ``files`` must include SHA256SUMS."""
+    """The manifest document (pure); ``files`` must include SHA256SUMS; ``against`` is the
+    sha256 of the site inventory a delta bundle was made against."""
     by_path = {f.path: f for f in files}
     if SUMS not in by_path or IMAGES not in by_path:
         msg = f"internal: the manifest needs {SUMS} and {IMAGES} among the files"
@@ -212,6 +218,7 @@ def build_manifest(
             "locks": {s.cell.id: s.lock.digest for s in selections},
             "with_wheels": with_wheels,
         },
+        "delta": None if against is None else {"inventory_sha256": against},
         "images_archive": {
             "path": IMAGES,
             "compression": "zstd",

@@ -18,20 +18,22 @@ from __future__ import annotations
 
 import contextlib
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Any
 
 import zstandard
 
 from stackpin.bundle import trust
+from stackpin.bundle.delta import chain_ids
 from stackpin.bundle.format import IMAGES, LineSink, ignore_line
 from stackpin.bundle.verify import VerifyResult, open_stream, refuse, verify
 from stackpin.engine import Engine
 from stackpin.errors import BundleError
 from stackpin.meter import NO_METER, Meter, metered
 from stackpin.primitives import CHUNK, HashingReader, read_ahead
+from stackpin.target import LABEL_CELL
 
 MAX_WINDOW = 1 << 27  # zstd's own default limit (128 MiB); stackpin writes 2 MiB windows
 AHEAD = 8  # chunks decompressed ahead of the daemon: 8 MiB, enough to keep the socket fed
@@ -133,6 +135,7 @@ def load(engine: Engine, source: Path, *, site: trust.Trust,
     entry = next(e for e in manifest["files"] if e["path"] == IMAGES)
     on_line(f"bundle: verified {verified.files} files (signature {verified.signature}); "
             "loading")
+    refuse_missing_base(engine, source, manifest)
     wanted = tuple(id_after_load(engine, i) for i in manifest["images"])
     # Only images this load brought in are taken back on failure, never older ones.
     new = tuple(i for i in wanted if engine.image_info(i) is None)
@@ -160,6 +163,24 @@ def load(engine: Engine, source: Path, *, site: trust.Trust,
         msg = f"{source}: after the load the daemon lacks {missing[0]}: check `docker images`"
         raise BundleError(msg)
     return LoadReport(verified=verified, image_ids=wanted)
+
+
+def refuse_missing_base(engine: Engine, source: Path, manifest: Mapping[str, Any]) -> None:
+    """A delta bundle lacks the layers its site held: refuse it, naming them, where this
+    engine does not hold them (in a stackpin image: a delta builds on an earlier bundle)."""
+    wanted = {str(b["chain_id"]): str(b["diff_id"]) for image in manifest["images"]
+              for b in image.get("base_layers", ())}
+    if not wanted:
+        return
+    held = {chain for info in engine.list_images(LABEL_CELL)
+            for chain in chain_ids(info.diff_ids)}
+    missing = sorted(chain for chain in wanted if chain not in held)
+    if missing:
+        named = ", ".join(f"{chain} (diff {wanted[chain]})" for chain in missing[:3])
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise refuse(source, f"a delta bundle whose {len(missing)} base layer(s) this engine "
+                     f"lacks: {named}{more}; load the bundle it was made against first, or "
+                     "a full bundle")
 
 
 def _take_back(engine: Engine, image_ids: tuple[str, ...]) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stackpin.build import BuildRecord, built_dockerfile
+from stackpin.bundle.delta import Inventory
 from stackpin.bundle.format import (
     BundleImage,
     ExportRequest,
@@ -58,6 +59,7 @@ class Resolved:
     threads: int  # zstd workers; the bytes do not depend on them
     archive: Path | None  # also pack the finished folder into this tar
     top: str  # the bundle folder's name (the archive's top directory)
+    against: Inventory | None = None  # a delta: leave out the layers this site holds
 
     @property
     def selections(self) -> tuple[Selection, ...]:
@@ -78,7 +80,7 @@ def resolve(engine: Engine, request: ExportRequest, *, archive: Path | None) -> 
         epoch=created_epoch(s.cell for s in request.selections),
         with_wheels=request.with_wheels, with_models=request.with_models,
         signer=request.signer, threads=request.zstd_threads, archive=archive,
-        top=request.out_dir.name,
+        top=request.out_dir.name, against=request.against,
     )
 
 

@@ -58,7 +58,10 @@ IMAGE = obj({
     "labels": mapping(text()),
     "run": mapping(_run_value, limit=32),
     "size": integer(0, MAX_FILE_BYTES),
-})
+    # Delta bundles only: the layers left out, which the site must hold.
+    "base_layers": array(obj({"chain_id": text(pattern=_IMAGE_ID),
+                              "diff_id": text(pattern=_IMAGE_ID)}), limit=4096),
+}, optional_keys=("base_layers",))
 MANIFEST_SCHEMA = obj({
     "format": text(limit=64),
     "format_version": integer(0, 1 << 31),

@@ -54,6 +54,11 @@ def bundle_conf(images: Sequence[BundleImage], stream: StreamStats) -> str:
     text += shell_assign("BUNDLE_HOST_PATHS", volumes)
     shm = sorted({str(i.run.get("shm_size") or "") for i in images} - {""})
     text += shell_assign("BUNDLE_SHM_SIZES", shm)
+    # A delta bundle: the layers it left out, which load.sh and push.sh require at the site
+    # (parallel arrays: chain ID, the key a store holds it by; diff ID, its blob digest).
+    base = sorted({(b.chain_id, b.diff_id) for i in images for b in i.base_layers})
+    text += shell_assign("BUNDLE_BASE_CHAINS", [chain for chain, _ in base])
+    text += shell_assign("BUNDLE_BASE_DIFFS", [diff for _, diff in base])
     return text
 
 
@@ -113,9 +118,12 @@ def host_probes(images: Sequence[BundleImage]) -> list[Probe]:
 
 
 def probes_conf(images: Sequence[BundleImage]) -> str:
-    """The probes as parallel arrays (kind, target, PASS line, FAIL line) for preflight.sh."""
+    """The probes as parallel arrays (kind, target, PASS line, FAIL line, and Podman's lines
+    for a runtime probe) for preflight.sh."""
     probes = host_probes(images)
     text = shell_assign("BUNDLE_PROBE_KINDS", [p.kind for p in probes])
     text += shell_assign("BUNDLE_PROBE_TARGETS", [p.target for p in probes])
     text += shell_assign("BUNDLE_PROBE_PASSED", [p.passed for p in probes])
-    return text + shell_assign("BUNDLE_PROBE_FAILED", [p.failed for p in probes])
+    text += shell_assign("BUNDLE_PROBE_FAILED", [p.failed for p in probes])
+    text += shell_assign("BUNDLE_PROBE_PODMAN_CDI", [p.podman_cdi for p in probes])
+    return text + shell_assign("BUNDLE_PROBE_PODMAN_NO_CDI", [p.podman_no_cdi for p in probes])

@@ -5,6 +5,7 @@ the site ``cd BUNDLE && stackpin build CELL --offline`` rebuilds from the bundle
 
     pinning/*.toml, pinning/locks/<cell>.lock   the matrices and each bundled cell's lock
     templates/, verify/                         what render and the build context read
+    pinning/tools/installer.toml, wheels/tools/ the pinned installer and its wheel
     wheels/<cell>/                              the locked wheelhouse (export re-hashes it)
     base/<cell>.tar.zst                         the cell's base image, one save stream
     SOURCE_COMMIT                               the commit the images were built from
@@ -27,6 +28,7 @@ from typing import IO
 
 import zstandard
 
+from stackpin import tools
 from stackpin.bundle.format import BundleImage, Entry, LineSink
 from stackpin.bundle.resolved import BuiltImage
 from stackpin.engine import Engine
@@ -35,6 +37,7 @@ from stackpin.matrix import Cell
 from stackpin.primitives import CHUNK
 from stackpin.render import base_reference
 from stackpin.target import LABEL_SOURCE_COMMIT, Layout
+from stackpin.tools import load_installer
 
 SOURCE_COMMIT = "SOURCE_COMMIT"
 BASES = "base"
@@ -81,6 +84,11 @@ def rebuild_files(layout: Layout, built: Sequence[BuiltImage]) -> list[Entry]:
     entries += [Entry(path=f"pinning/locks/{cell_id}.lock", data=lock.text().encode())
                 for cell_id, lock in locks.items()]
     entries += _tree(layout.templates, "templates") + _tree(layout.root / "verify", "verify")
+    # The installer every build runs, pinned apart from the locks (stackpin.tools).
+    installer = load_installer(layout.root)
+    entries += [Entry(path=tools.PIN.as_posix(), source=layout.root / tools.PIN),
+                Entry(path=(tools.TOOLS_DIR / installer.wheel).as_posix(),
+                      source=installer.path(layout.root), sha256=installer.sha256)]
     commit = images_commit([item.image for item in built])
     return [*entries, Entry(path=SOURCE_COMMIT, data=f"{commit}\n".encode())]
 

@@ -24,6 +24,7 @@ from typing import IO, BinaryIO
 
 import zstandard
 
+from stackpin.bundle.delta import BaseLayer, held_layers, omitted_blobs
 from stackpin.bundle.format import ZSTD_LEVEL, StreamStats
 from stackpin.engine import Engine, SaveRequest, chunk_stream
 from stackpin.engine.save_format import Layer, LayoutImage, Piece, read_save, write_layout
@@ -152,10 +153,12 @@ class BundledImage:
     source_id: str  # its ID in the exporting engine
     config_digest: str  # its ID once loaded into a classic store (and Engine 20.10)
     manifest_digest: str  # its ID once loaded into a containerd image store
+    base_layers: tuple[BaseLayer, ...] = ()  # left out: the site holds them (a delta)
 
 
 def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: int,
-                 meter: Meter = NO_METER) -> tuple[StreamStats, dict[str, BundledImage]]:
+                 meter: Meter = NO_METER, held: frozenset[str] = frozenset(),
+                 ) -> tuple[StreamStats, dict[str, BundledImage]]:
     """Save ``names`` as one stream and write it, rewritten, compressed and hashed, to ``path``.
 
     The engine's stream (either layout; gzip layers from a containerd store) is read once,
@@ -165,7 +168,8 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
     loads into either store under IDs known now. Returns the stream's figures and each
     image's IDs by its source ID. ``meter`` counts the save stream ("save": the images'
     sizes are its estimated total; compression runs meanwhile) and then the compressed
-    bytes written ("write").
+    bytes written ("write"). ``held``: chain IDs the site holds (``bundle.delta``): a
+    layer held wherever the images use it is left out of the stream.
     """
     version = engine.version()
     compressor = frame_compressor(threads)
@@ -176,16 +180,20 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
             engine.save(SaveRequest(images=tuple(sorted(names)))), meter)), spool.keep)
         meter.finish()
         entries = sorted(saved.entries, key=lambda e: e.config_digest)
+        diff_ids = [[layer.diff_id for layer in saved.layers_of(e)] for e in entries]
+        omit = omitted_blobs(diff_ids, held)
         layout = write_layout([LayoutImage(
             config=entry.config_bytes,
             layers=[Layer(diff_id=layer.diff_id, size=layer.value.size, path=layer.value.path)
                     for layer in saved.layers_of(entry)],
             tags=entry.repo_tags,
-        ) for entry in entries])
+        ) for entry in entries], omit=omit)
         bundled = {
             version.image_id(config_digest=e.config_digest, manifest_digest=e.manifest_digest):
-                BundledImage(source_id="", config_digest=config, manifest_digest=manifest)
-            for e, (config, manifest) in zip(entries, layout.ids, strict=True)
+                BundledImage(source_id="", config_digest=config, manifest_digest=manifest,
+                             base_layers=tuple(b for b in held_layers(layers, held)
+                                               if b.diff_id in omit))
+            for e, (config, manifest), layers in zip(entries, layout.ids, diff_ids, strict=True)
         }
         frames = frames_of(layout.pieces, compressor)
         with path.open("wb") as out:

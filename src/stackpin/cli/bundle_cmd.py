@@ -10,10 +10,10 @@ from types import FrameType
 import click
 
 from stackpin import signing
+from stackpin.bundle import delta, trust
 from stackpin.bundle import export as exporting
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import load as loading
-from stackpin.bundle import trust
 from stackpin.bundle import verify as verifying
 from stackpin.cli.common import (
     DEFAULT_CELL,
@@ -28,8 +28,9 @@ from stackpin.cli.common import (
     variant_option,
 )
 from stackpin.cli.progress import ByteProgress
+from stackpin.errors import BundleError
 from stackpin.target import Layout, resolve_many
-from stackpin.untrusted import shown
+from stackpin.untrusted import read_bounded, shown
 
 _SOURCE = ExistingPath("either")
 
@@ -83,10 +84,15 @@ def command() -> None:
 @click.option("--allow-rehearsal", "allow_rehearsal", multiple=True, metavar="CELL",
               help="Bundle this cell's vendor rehearsal image (stand-in vendor files) on "
                    "purpose; without it a rehearsal image is refused. Repeatable.")
+@click.option("--against", "inventory", type=ExistingPath("file"), metavar="INVENTORY",
+              help="A delta bundle: leave out every layer the site's inventory (written there "
+                   "by bin/inventory.sh) says it holds. The manifest still names each image "
+                   "whole; the site's load.sh and push.sh refuse it where those layers are "
+                   "absent.")
 @json_option
 def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool,
            sign_key: Path | None, with_wheels: bool, with_models: bool, force: bool,
-           allow_rehearsal: tuple[str, ...], as_json: bool) -> None:
+           allow_rehearsal: tuple[str, ...], inventory: Path | None, as_json: bool) -> None:
     """Export built images of CELL(s) (default: the CPU default cell) as one bundle.
 
     Every image goes into ONE docker save stream, compressed with zstd and hashed on the
@@ -95,11 +101,17 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
     otherwise), as for verify and load.
     """
     layout = project_layout()
+    against = None
+    if inventory is not None:  # read and checked before anything else runs
+        data = read_bounded(inventory, limit=delta.MAX_INVENTORY_BYTES,
+                            what=f"--against {shown(inventory)}", error=BundleError)
+        against = delta.parse_inventory(data, what=f"--against {shown(inventory)}")
     request = bundle_format.ExportRequest(
         selections=selections(cell_ids, variant, layout), out_dir=out_dir.absolute(),
         root=layout.root, archive=archive, with_wheels=with_wheels,
         signer=signing.Signer.load(sign_key) if sign_key else None,
         with_models=with_models, force=force, allow_rehearsal=frozenset(allow_rehearsal),
+        against=against,
     )
     previous = signal.signal(signal.SIGTERM, _interrupt_on_term)
     started = time.monotonic()

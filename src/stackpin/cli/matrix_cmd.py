@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from stackpin import tools
 from stackpin.boundary import GUIDE, Conflict
 from stackpin.checks import Violation, check_cells
 from stackpin.cli.common import (
@@ -219,7 +220,7 @@ def reference_markdown() -> str:
     ]
     for key, kind, default, text in reference_rows():
         lines.append(f"| `{key}` | {kind} | {f'`{default}`' if default else ''} | {text} |")
-    return "\n".join(lines) + "\n\n" + GUIDE
+    return "\n".join(lines) + "\n\n" + GUIDE + "\n" + tools.GUIDE
 
 
 @command.command(name="docs")

@@ -12,6 +12,7 @@ from stackpin.context import read_sources, write_rendered
 from stackpin.engine.builders import Builder
 from stackpin.render import Rendered, RenderRequest, render
 from stackpin.target import Layout, load_cell, optional_lock, selected_variants
+from stackpin.tools import load_installer
 
 
 def render_cell(cell_id: str, variant: str, layout: Layout, *,
@@ -27,6 +28,7 @@ def render_cell(cell_id: str, variant: str, layout: Layout, *,
             sources=read_sources(layout.templates),
             stackpin_version=__version__,
             builder=builder,
+            installer=load_installer(layout.root),
         )
     )
 

@@ -36,10 +36,14 @@ from stackpin.target import resolve
 @click.option("--devices", default=None, metavar="LIST",
               help=f"Cards the service may use, e.g. 0,1 ({devices_help()}); default: the "
                    "cell's [run] visible_devices.")
+@click.option("--no-devices", is_flag=True,
+              help="Run without the cell's device flags, on a host with no card: Studio "
+                   "starts on unsloth's CPU fallback (slow; for trying the image, not for "
+                   "training on it).")
 @json_option
 def command(cell_id: str, variant: Variant, port: int | None, models_dir: Path,
             state_dir: Path | None, timeout_s: int | None, devices: str | None,
-            as_json: bool) -> None:
+            no_devices: bool, as_json: bool) -> None:
     """Serve CELL's service from its built image until Ctrl-C, on 127.0.0.1 only.
 
     Waits until the health path answers healthy, prints the URL and where the first-login
@@ -55,7 +59,7 @@ def command(cell_id: str, variant: Variant, port: int | None, models_dir: Path,
     cell, image = target.cell, target.tags[0]
     state = state_dir or layout.build / "state" / target.name
     serve = plan(cell, variant, image=image, state_dir=state, models_dir=models_dir,
-                 port=port, timeout_s=timeout_s, devices=devices)
+                 port=port, timeout_s=timeout_s, devices=devices, no_devices=no_devices)
     require_free_port(next(iter(serve.request.ports.values())))
     state.mkdir(parents=True, exist_ok=True)
     with ENGINE.open() as engine:
@@ -66,12 +70,16 @@ def command(cell_id: str, variant: Variant, port: int | None, models_dir: Path,
             say = (lambda _line: None) if as_json else click.echo
             say(f"serve: starting {image} (waiting up to {serve.timeout_s}s for "
                 f"{serve.health_url})")
+            if no_devices and cell.spec.accelerator:
+                say(f"serve: --no-devices: no {cell.platform} card is passed; Studio runs on "
+                    "unsloth's CPU fallback")
             wait_healthy(serve.health_url, timeout_s=serve.timeout_s,
                          exit_code=lambda: running.wait(1), logs=running.logs)
             password = serve.password_file if serve.password_file.is_file() else None
             if as_json:
                 click.echo(json.dumps({
                     "cell": cell.id, "variant": variant, "image": image,
+                    "devices": not no_devices,
                     "container": running.id, "url": serve.url, "health_url": serve.health_url,
                     "port": next(iter(serve.request.ports.values())),
                     "password_file": str(password.resolve()) if password else None,

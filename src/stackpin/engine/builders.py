@@ -1,5 +1,5 @@
 """Which builder a build uses: BuildKit where the engine and the docker CLI have it, else the
-classic builder; and whether the engine's BuildKit writes reproducible timestamps itself
+classic builder; and whether the build comes out reproducible without normalisation
 (see ``stackpin.engine.buildx`` for what each engine does). Pure: no SDK, no subprocess."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from stackpin.errors import HostEnvironmentError
 
 Builder = Literal["classic", "buildkit"]
 BUILDER_CHOICES = ("auto", "buildkit", "classic")
-# BuildKit 0.13 (Engine 26) added the image exporters' rewrite-timestamp option.
+# BuildKit 0.13 (Engine 26) clamps the image config's dates to SOURCE_DATE_EPOCH and added
+# the image exporters' rewrite-timestamp option.
 NATIVE_TIMESTAMPS_SINCE = 26
 # Engine 23.0 made BuildKit the default builder; before, it was opt-in (DOCKER_BUILDKIT=1).
 BUILDKIT_DEFAULT_SINCE = 23
@@ -21,8 +22,14 @@ BUILDKIT_DEFAULT_SINCE = 23
 @dataclass(frozen=True, kw_only=True)
 class BuilderChoice:
     builder: Builder
-    native_timestamps: bool  # the engine writes reproducible layers itself (no normalising)
+    # The image is reproducible as built (no normalising): the engine clamps the config,
+    # and the layers are clamped by the BuildKit Dockerfile's steps or rewritten by the engine.
+    native_timestamps: bool
     reason: str  # why, in a few words (shown by `stackpin build` and `doctor`)
+    # Export through a docker-format tar with rewrite-timestamp, then load (the engine
+    # rewrites the layers itself): the containerd store's own way, which `auto` no longer
+    # picks (the clamped steps do the same without the tar and the second load).
+    rewrite_timestamps: bool = False
 
 
 def _major(version: EngineVersion) -> int:
@@ -31,8 +38,9 @@ def _major(version: EngineVersion) -> int:
 
 
 def native_timestamps(version: EngineVersion) -> bool:
-    """Whether this engine's BuildKit can rewrite layer timestamps into a loadable image."""
-    return version.store == "containerd" and _major(version) >= NATIVE_TIMESTAMPS_SINCE
+    """Whether this engine's BuildKit clamps the config to SOURCE_DATE_EPOCH, so that the
+    BuildKit Dockerfile's clamped steps make the whole image reproducible as built."""
+    return _major(version) >= NATIVE_TIMESTAMPS_SINCE
 
 
 def select_builder(requested: str, *, report: EngineReport, buildx: str) -> BuilderChoice:
@@ -63,7 +71,7 @@ def select_builder(requested: str, *, report: EngineReport, buildx: str) -> Buil
                   "--builder buildkit uses it anyway")
         return BuilderChoice(builder="classic", native_timestamps=False, reason=reason)
     native = native_timestamps(report.version)
-    how = ("the engine rewrites layer timestamps" if native
+    how = ("timestamps clamped by the engine (config) and the build steps (layers)" if native
            else "timestamps normalised by stackpin")
     return BuilderChoice(builder="buildkit", native_timestamps=native,
                          reason=f"BuildKit via buildx {buildx} on {engine} "

@@ -9,17 +9,16 @@ have to pull BuildKit's image first.
 What each engine's BuildKit does with ``SOURCE_DATE_EPOCH`` (observed on Docker 20.10.24,
 28.5.2 classic store and 28.5.2 containerd image store; docs/reproducibility.md):
 
-- Engine 20.10 (BuildKit 0.8): ignores it; the config's dates and the layers' mtimes are
-  the build's, so stackpin normalises the image afterwards (as after a classic build).
-- Engine 26+ on the classic store: the config's ``created`` and history are clamped, but
-  the moby image exporter has no ``rewrite-timestamp`` (it accepts and ignores it) and the
-  docker driver offers no tar exporter there: the layers keep build-time mtimes, so
-  stackpin normalises them.
-- Engine 26+ (BuildKit 0.13+) on the containerd image store: the image exporter refuses
-  ``rewrite-timestamp`` (moby forces ``unpack``, which conflicts with it), so the build is
-  exported as a docker-format tar with ``rewrite-timestamp=true`` to stdout and streamed
-  into ``docker load``: the engine itself writes the layers with clamped mtimes and the
-  image is reproducible without stackpin's save/rewrite/load ("native" timestamps).
+- Engine 20.10 (BuildKit 0.8): ignores it; the config's dates are the build's, so stackpin
+  normalises the image afterwards (as after a classic build).
+- Engine 26+ (BuildKit 0.13+), either store: the config's ``created`` and history are
+  clamped. The layers are clamped by the BuildKit Dockerfile's own steps (each ends with
+  templates/clamp.py), so the image the exporter writes (``type=image``) is reproducible as
+  built ("native" timestamps), with no normalisation. The classic store's image exporter
+  has no ``rewrite-timestamp`` and the docker driver no tar exporter there; the containerd
+  store's ``type=docker,dest=-,rewrite-timestamp=true`` streamed into ``docker load``
+  (``rewrite_timestamps`` below) still works but is no longer chosen: it wrote and loaded
+  the image a second time.
 """
 
 from __future__ import annotations

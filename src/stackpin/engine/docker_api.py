@@ -356,7 +356,7 @@ class DockerEngine:
         return types.BuildResult(
             image_id=outcome.image_id, tags=request.tags, log_path=request.log_path,
             steps=len(outcome.tally.steps), cached_steps=outcome.tally.cached_steps,
-            builder="buildkit", native_timestamps=request.rewrite_timestamps,
+            builder="buildkit", native_timestamps=request.native_timestamps,
         )
 
     def _stream_build(

@@ -277,12 +277,15 @@ def image_layout(
     return write_layout([LayoutImage(config=config, layers=files, tags=tags)], mtime=mtime)
 
 
-def write_layout(images: Sequence[LayoutImage], *, mtime: int = 0) -> ImageLayout:
+def write_layout(images: Sequence[LayoutImage], *, mtime: int = 0,
+                 omit: frozenset[str] = frozenset()) -> ImageLayout:
     """The OCI layout (plus ``manifest.json``) of several images, in a fixed order.
 
     Layers go uncompressed (the digest of each blob is its diff_id) and once, however many
     images or places list them; blobs come sorted by digest, then index.json,
     manifest.json and oci-layout: the same images give the same bytes on every engine.
+    ``omit``: layer blobs (diff IDs) left out, for a site that holds them already (a delta
+    bundle): the documents still name them, so the IDs are those of the whole images.
     """
     manifests = [image.manifest for image in images]
     index = canonical_bytes({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [
@@ -298,7 +301,7 @@ def write_layout(images: Sequence[LayoutImage], *, mtime: int = 0) -> ImageLayou
     ids = tuple((sha256_digest(image.config), sha256_digest(manifest))
                 for image, manifest in zip(images, manifests, strict=True))
     return ImageLayout(ids=ids, pieces=_layout_pieces(images, manifests, index,
-                                                      docker_manifest, mtime))
+                                                      docker_manifest, mtime, omit))
 
 
 def _name_annotations(reference: str) -> dict[str, str]:
@@ -314,11 +317,12 @@ def _blob(digest: str) -> str:
 
 def _layout_pieces(
     images: Sequence[LayoutImage], manifests: Sequence[bytes], index: bytes,
-    docker_manifest: bytes, mtime: int,
+    docker_manifest: bytes, mtime: int, omit: frozenset[str] = frozenset(),
 ) -> Iterator[Piece]:
-    layers = {layer.diff_id: layer for image in images for layer in image.layers}
+    layers = {layer.diff_id: layer for image in images for layer in image.layers
+              if layer.diff_id not in omit}
     documents = {sha256_digest(d): d for d in [*(i.config for i in images), *manifests]}
-    for digest in sorted({*layers, *documents}):
+    for digest in sorted({*layers, *documents}):  # an omitted layer is in neither
         if digest in layers:
             yield tar_header(_blob(digest), layers[digest].size, mtime=mtime)
             yield layers[digest]

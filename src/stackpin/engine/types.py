@@ -37,8 +37,12 @@ class BuildRequest:
     # Context file mtimes are clamped to this (as SOURCE_DATE_EPOCH tools do); None keeps them.
     source_date_epoch: int | None = None
     builder: str = "classic"  # or "buildkit" (stackpin.engine.buildx.select_builder)
-    # BuildKit only: the engine clamps layer mtimes to source_date_epoch itself.
+    # BuildKit only: the engine clamps layer mtimes to source_date_epoch itself (export
+    # as a docker tar with rewrite-timestamp, loaded).
     rewrite_timestamps: bool = False
+    # BuildKit only: the image comes out reproducible as built (the engine's rewrite, or
+    # the Dockerfile's clamped steps with the engine's clamped config): no normalisation.
+    native_timestamps: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -46,7 +46,11 @@ SPEC = PlatformSpec(
     collective="nccl",
     probes=(
         Probe(kind="runtime", target="nvidia", passed="cuda: NVIDIA container runtime present",
-              failed="cuda: no NVIDIA container runtime (install nvidia-container-toolkit)"),
+              failed="cuda: no NVIDIA container runtime (install nvidia-container-toolkit)",
+              podman_cdi="cuda: a CDI spec is present, but the profiles pass Docker's --gpus, "
+                         "which Podman 4.x lacks: run CUDA profiles with Docker",
+              podman_no_cdi="cuda: no CDI spec for Podman (nvidia-ctk cdi generate), and the "
+                            "profiles pass Docker's --gpus: run CUDA profiles with Docker"),
     ),
     one_profile_per_card=True,
 )

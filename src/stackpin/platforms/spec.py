@@ -95,6 +95,10 @@ class Probe:
     target: str
     passed: str
     failed: str = ""
+    # A runtime probe on Podman, which reaches cards through CDI instead: WARN with the
+    # first when a CDI spec is present, FAIL with the second when none is.
+    podman_cdi: str = ""
+    podman_no_cdi: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,17 +14,30 @@ ENV PIP_NO_INDEX=1 \
     SOURCE_DATE_EPOCH=1700000000
 RUN python3 -m venv /opt/stackpin/venv
 
+# The installer: uv 0.13.8 from its wheel, pinned (sha256) in
+# pinning/tools/installer.toml, not in the cell's lock, and checked again here; unpacked
+# into this stage's /tmp, which the final stage never copies.
+COPY tools/ /tmp/tools/
+RUN echo 'e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984  /tmp/tools/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl' | sha256sum --check --quiet \
+    && mkdir -p /tmp/uv \
+    && python3 -c 'import sys, zipfile; open(sys.argv[3], "wb").write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))' \
+        /tmp/tools/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl uv-0.13.8.data/scripts/uv /tmp/uv/uv \
+    && chmod 0755 /tmp/uv/uv \
+    && rm -rf /tmp/tools
+
 # Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.
 # --no-deps so pip can never replace the vendor torch with a generic one from an index.
 COPY wheels/vendor/ /tmp/wheelhouse/vendor/
-RUN /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+RUN /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
+        --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/vendor -r /tmp/wheelhouse/vendor/requirements.txt \
     && rm -rf /tmp/wheelhouse/vendor
 
 # Layer 2: the rest of the stack, every transitive wheel locked by sha256.
 # Changing one stack pin rebuilds from here; the torch layer above stays cached.
 COPY wheels/stack/ /tmp/wheelhouse/stack/
-RUN /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
+RUN /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
+        --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt \
     && rm -rf /tmp/wheelhouse/stack
 

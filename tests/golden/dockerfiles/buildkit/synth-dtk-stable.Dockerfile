@@ -2,8 +2,23 @@
 # Do not edit: change pinning/*.toml and run `stackpin render synth-dtk --variant stable --builder buildkit`.
 # Lock: 4365292c039b6a962bb91456be2abe281dcb17597a11fd397f8e9e3150deff93 (5 wheels)
 
+# ---- build tools, mounted into the steps below and never part of the image: the step
+# ---- clamp (tools/clamp.py) and uv 0.13.8, from its wheel pinned (sha256) in
+# ---- pinning/tools/installer.toml, not in the cell's lock, and checked again here
+FROM registry.example.invalid/dtk:99.01 AS tools
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN --mount=type=bind,source=tools,target=/tmp/tools \
+    source /opt/dtk/env.sh && echo 'e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984  /tmp/tools/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl' | sha256sum --check --quiet \
+    && mkdir -p /opt/stackpin-tools \
+    && python3 -c 'import sys, zipfile; open(sys.argv[3], "wb").write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))' \
+        /tmp/tools/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl uv-0.13.8.data/scripts/uv /opt/stackpin-tools/uv \
+    && chmod 0755 /opt/stackpin-tools/uv \
+    && cp /tmp/tools/clamp.py /opt/stackpin-tools/clamp.py
+
 # ---- one stage: each install reads its layer's wheels from a bind mount of the build
-# ---- context, so no wheel is in any layer and the environment is written once, in place
+# ---- context, so no wheel is in any layer and the environment is written once, in place.
+# ---- Every step ends with the clamp: what it wrote gets mtime SOURCE_DATE_EPOCH (when
+# ---- later), so the engine's own layers are reproducible (docs/reproducibility.md).
 FROM registry.example.invalid/dtk:99.01
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # No index, no cache, no bytecode from imports: the installs read the locked wheelhouse
@@ -14,39 +29,53 @@ ARG PIP_NO_CACHE_DIR=1
 ARG PIP_DISABLE_PIP_VERSION_CHECK=1
 ARG PYTHONDONTWRITEBYTECODE=1
 ARG SOURCE_DATE_EPOCH=1700000000
-RUN source /opt/dtk/env.sh && python3 -m venv /opt/stackpin/venv
+# ensurepip compiles the venv's own pip; SOURCE_DATE_EPOCH (an ARG of this stage) makes those
+# pycs checked-hash, so they and the RECORD listing their hashes hold no build time.
+RUN --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
+    t0=$(date +%s%N) && source /opt/dtk/env.sh && python3 -m venv /opt/stackpin/venv \
+    && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
 # Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.
 # --no-deps so pip can never replace the vendor torch with a generic one from an index.
 # The wheels are mounted read-only for this step alone: they reach no layer.
 RUN --mount=type=bind,source=wheels/vendor,target=/tmp/wheelhouse/vendor \
-    source /opt/dtk/env.sh && /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
-        --find-links /tmp/wheelhouse/vendor -r /tmp/wheelhouse/vendor/requirements.txt
+    --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
+    t0=$(date +%s%N) && source /opt/dtk/env.sh && /opt/stackpin-tools/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
+        --no-index --no-deps --require-hashes --no-build \
+        --find-links /tmp/wheelhouse/vendor -r /tmp/wheelhouse/vendor/requirements.txt \
+    && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
 # Layer 2: the rest of the stack, every transitive wheel locked by sha256.
 # Changing one stack pin rebuilds from here; the torch layer above stays cached.
 # The wheels are mounted read-only for this step alone: they reach no layer.
 RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
-    source /opt/dtk/env.sh && /opt/stackpin/venv/bin/pip install --no-index --no-deps --require-hashes --no-compile \
-        --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt
+    --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
+    t0=$(date +%s%N) && source /opt/dtk/env.sh && /opt/stackpin-tools/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
+        --no-index --no-deps --require-hashes --no-build \
+        --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt \
+    && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
 # Guard: the build fails here, not at the site, when pip installed anything but the pins
 # (pip check inside, less the requirements the cell drops by name in the matrix).
-COPY stackpin/ /opt/stackpin/
-# The vendor boundary by verify's own rule (L0.boundary's): one file, beside the guard.
-COPY verify/stackpin_verify/boundary.py /opt/stackpin/boundary.py
-RUN source /opt/dtk/env.sh && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
+# The build files and verify/ are copied by RUN, not COPY, so the clamp covers them too;
+# the vendor boundary is verify's own rule (L0.boundary's): one file, beside the guard.
+RUN --mount=type=bind,source=stackpin,target=/tmp/context/stackpin \
+    --mount=type=bind,source=verify,target=/tmp/context/verify \
+    --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
+    t0=$(date +%s%N) && cp -a /tmp/context/stackpin/. /opt/stackpin/ \
+    && cp /tmp/context/verify/stackpin_verify/boundary.py /opt/stackpin/boundary.py \
+    && source /opt/dtk/env.sh && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
         --python cp310 --torch 1.0.0+das.dtk9901 --numpy '<2' \
         --boundary /opt/stackpin/image.json \
         --compile /opt/stackpin/venv/lib \
-    && rm -rf /root/.cache /tmp/*
-# Every shell sources the env script: the base's /etc/bash.bashrc plus one line, and a
-# profile.d entry, staged here for the final stage to copy (it runs no step of its own).
-RUN source /opt/dtk/env.sh && mkdir -p /opt/stackpin/etc/profile.d \
+    && rm -rf /root/.cache && find /tmp -mindepth 1 -maxdepth 1 ! -path /tmp/context -exec rm -rf {} + \
+    && mkdir /opt/stackpin/verify && cp -a /tmp/context/verify/. /opt/stackpin/verify/ \
+    && mkdir -p /opt/stackpin/etc/profile.d \
     && cp /opt/stackpin/env.sh /opt/stackpin/etc/profile.d/stackpin-env.sh \
     && { cat /etc/bash.bashrc 2>/dev/null || true; \
-         echo '[ -r /opt/stackpin/env.sh ] && . /opt/stackpin/env.sh'; } > /opt/stackpin/etc/bash.bashrc
-COPY verify/ /opt/stackpin/verify/
+         echo '[ -r /opt/stackpin/env.sh ] && . /opt/stackpin/env.sh'; } > /opt/stackpin/etc/bash.bashrc \
+    && cp -a /opt/stackpin/etc/. /etc/ \
+    && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 # $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.
 ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
     VIRTUAL_ENV=/opt/stackpin/venv \
@@ -57,9 +86,6 @@ ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin
     HF_HUB_OFFLINE="1" \
     QUOTED="a \"b\" \$c" \
     UNSLOTH_DISABLE_BITSANDBYTES="1"
-# Login and interactive shells (`docker exec -it ... bash`) read neither BASH_ENV nor ENV:
-# /etc/profile.d and the base's /etc/bash.bashrc source the env script (made in the install stage).
-RUN cp -a /opt/stackpin/etc/. /etc/
 LABEL \
       io.stackpin.attention="sdpa" \
       io.stackpin.cell="synth-dtk" \
