@@ -57,7 +57,7 @@ project() {  # project DEST
 import json, sys
 from pathlib import Path
 from stackpin.lock import cell_digest
-from stackpin.matrix import load_cells
+from stackpin.matrixfile import load_cells
 old, new = sys.argv[1:]
 cells = load_cells(sorted(Path("pinning").glob("*.toml")))
 lock = json.loads(Path(f"pinning/locks/{old}.lock").read_text())

@@ -1,5 +1,7 @@
 """Build-time guard run inside the install stage: fail the build when the environment
-is not the pinned one. Standard library only: it runs before anything is trusted.
+is not the pinned one. Standard library only: it runs before anything is trusted. The
+vendor boundary and the name rule are verify's own (verify/stackpin_verify/boundary.py,
+copied beside this file as boundary.py: one rule for the build and for L0.boundary).
 
 Exit 0 when every check holds; otherwise one line per broken check on stderr and exit 1.
 """
@@ -17,6 +19,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import boundary
 
 _OPS = {
     "<": lambda a, b: a < b,
@@ -68,31 +72,17 @@ def problems(python_tag: str, torch_pin: str, numpy_constraint: str) -> list[str
     return found
 
 
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def installed_versions() -> dict[str, str]:
-    """Every distribution in this environment by normalised name."""
-    return {_normal(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    """Every distribution in this environment by its canonical name (PEP 503)."""
+    return {boundary.canonical_name(d.metadata["Name"]): d.version
+            for d in metadata.distributions()}
 
 
 def boundary_problems(image: dict[str, Any], installed: dict[str, str]) -> list[str]:
     """The vendor boundary of image.json: nothing excluded, every provided one the vendor's."""
-    found = []
-    for name, reason in sorted(image.get("excluded", {}).items()):
-        if _normal(name) in installed:
-            found.append(f"{name} {installed[_normal(name)]} is installed but excluded "
-                         f"on this cell ({reason})")
-    for name, entry in sorted(image.get("provided", {}).items()):
-        have = installed.get(_normal(name))
-        if have is None:
-            found.append(f"{name} is not installed; the cell expects the vendor's "
-                         f"{entry['version']} ({entry['by']})")
-        elif have.lower() != entry["version"].lower():
-            found.append(f"{name} is {have}, not the vendor's {entry['version']} "
-                         "(an index build replaced the vendor file)")
-    return found
+    return boundary.boundary_problems(
+        image.get("provided", {}), image.get("excluded", {}),
+        lambda name: installed.get(boundary.canonical_name(name)))
 
 
 _MISSING = re.compile(r"^(\S+) \S+ requires (\S+?),? which is not installed\.?$")
@@ -111,14 +101,17 @@ def pip_check_problems(pip_check_output: str, dropped: set[tuple[str, str]]) -> 
         if not line or line.startswith("No broken requirements"):
             continue
         match = _MISSING.match(line)
-        if match and (_normal(match.group(1)), _normal(match.group(2))) in dropped:
+        names = (boundary.canonical_name(match.group(1)), boundary.canonical_name(match.group(2))
+                 ) if match else None
+        if names in dropped:
             continue
         found.append(f"pip check: {line}")
     return found
 
 
 def dropped_edges(image: dict[str, Any]) -> set[tuple[str, str]]:
-    return {(_normal(d["of"]), _normal(d["requirement"])) for d in image.get("dropped", [])}
+    return {(boundary.canonical_name(d["of"]), boundary.canonical_name(d["requirement"]))
+            for d in image.get("dropped", [])}
 
 
 def run_pip_check() -> str:

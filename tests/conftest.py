@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from stackpin.matrix import Cell, load_cells
+from stackpin.matrix import Cell
+from stackpin.matrixfile import load_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_CELL = "cpu-bookworm-torch2130-py311"
@@ -30,6 +34,18 @@ def _no_site_trust(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Tem
                         tmp_path_factory.getbasetemp() / "no-site-trust" / "trusted.pub")
     monkeypatch.delenv(trust.PUBKEY_ENV, raising=False)
     monkeypatch.delenv(trust.INSECURE_ENV, raising=False)
+
+
+@pytest.fixture
+def engine_seam(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any], Any]:
+    """Put an engine (the shared fake) where every verb reaches its engine: install(engine)."""
+    from stackpin.cli import common
+
+    def install(engine: Any) -> Any:
+        monkeypatch.setattr(common.ENGINE, "factory", lambda: contextlib.nullcontext(engine))
+        return engine
+
+    return install
 
 
 @pytest.fixture(scope="session")

@@ -13,10 +13,14 @@ It implements ``stackpin.engine.Engine`` as one of three engines (``kind``):
 
 ``put`` registers an image by a given ``ImageInfo`` where only its metadata matters (a pinned
 base, say); its saved config is synthesised from that info. Every call is recorded.
+
+A container run prints ``run_stdout`` and exits 0, unless ``on_run`` says what it does
+(the verification suite writing its reports into its bind mount, say).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -38,10 +42,27 @@ from stackpin.engine import (
     RunResult,
     SaveRequest,
 )
+from stackpin.engine.types import EngineReport, engine_report
 from stackpin.errors import BuildError, HostEnvironmentError
 
 # What a build makes: (config, layers) for a request and the count of builds so far.
 Recipe = Callable[[BuildRequest, int], tuple[dict[str, Any], list[bytes]]]
+# What a container run does: its result (and whatever it writes into its mounts).
+RunHook = Callable[[RunRequest], RunResult]
+
+
+@dataclass
+class FakeRunning:
+    """A container of the fake: it has already run (``result``) when the block starts."""
+
+    id: str
+    result: RunResult
+
+    def wait(self, timeout_s: int) -> int | None:
+        return None if self.result.timed_out else self.result.exit_code
+
+    def logs(self, *, stderr: bool = True) -> str:
+        return self.result.logs
 
 
 def digest(data: bytes) -> str:
@@ -88,6 +109,7 @@ class FakeEngine:
     images: dict[str, StoredImage] = field(default_factory=dict)  # by image ID
     tags: dict[str, str] = field(default_factory=dict)  # reference -> image ID
     run_stdout: str = ""  # what every container run prints
+    on_run: RunHook | None = None  # what a container run does (default: prints run_stdout)
     recipe: Recipe | None = None  # what builds make; None: a build fails
     fail_builds: bool = False
     interrupt_after: int | None = None  # save raises KeyboardInterrupt after this many chunks
@@ -140,6 +162,11 @@ class FakeEngine:
         store = "containerd" if self.kind == "containerd" else "classic"
         return EngineVersion(version=version, api_version="1.41", os="linux", arch="amd64",
                              store=store)
+
+    def report(self) -> EngineReport:
+        info = {"CgroupVersion": "2", "CgroupDriver": "systemd", "Runtimes": {"runc": {}},
+                "DefaultRuntime": "runc", "Name": "fake-engine"}
+        return engine_report(self.version(), info)
 
     def _resolve(self, reference: str) -> str | None:
         image_id = self.tags.get(reference, reference)
@@ -210,12 +237,18 @@ class FakeEngine:
                            native_timestamps=request.native_timestamps)
 
     def run_to_completion(self, request: RunRequest, *, timeout_s: int) -> RunResult:
+        with self.container(request) as running:
+            return running.result
+
+    @contextlib.contextmanager
+    def container(self, request: RunRequest) -> Iterator[FakeRunning]:
         self.runs.append(request)
         if self._resolve(request.image) is None:
             msg = f"the Docker daemon refused to run {request.image}: no such image"
             raise HostEnvironmentError(msg)
-        return RunResult(exit_code=0, timed_out=False, logs=self.run_stdout,
-                         stdout=self.run_stdout)
+        result = self.on_run(request) if self.on_run is not None else RunResult(
+            exit_code=0, timed_out=False, logs=self.run_stdout, stdout=self.run_stdout)
+        yield FakeRunning(id=f"fake{len(self.runs):04d}", result=result)
 
     def save(self, request: SaveRequest) -> Iterator[bytes]:
         self.saved.append(request)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from stackpin.boundary import effective_provided
 from stackpin.lock import Lock, lock_from_resolution
-from stackpin.matrix import Cell, load_cells
+from stackpin.matrix import Cell
+from stackpin.matrixfile import load_cells
 from stackpin.resolve import Resolution, Resolved, index_pins
 
 SYNTHETIC_MATRIX = Path(__file__).resolve().parent / "fixtures" / "synthetic.toml"

@@ -12,17 +12,17 @@ set -euo pipefail
 out=""
 while [ "$#" -gt 0 ]; do
     case $1 in
-        -o|--out) [ "$#" -ge 2 ] || die_with 2 "$1 needs a file"; out=$2; shift ;;
+        -o|--out) [ "$#" -ge 2 ] || die_with "$EXIT_USAGE" "$1 needs a file"; out=$2; shift ;;
         --out=*) out=${1#--out=} ;;
         -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
-        *) die_with 2 "unknown argument $1 (usage: inventory.sh [-o FILE])" ;;
+        *) die_with "$EXIT_USAGE" "unknown argument $1 (usage: inventory.sh [-o FILE])" ;;
     esac
     shift
 done
 need sha256sum "it closes the inventory with a checksum"
 need_engine "it lists the layers the engine holds"
 version=$(engine version --format '{{.Server.Version}}' 2>/dev/null | tr -cd 'A-Za-z0-9._+~-' || true)
-[ -n "$version" ] || die_with 8 "$ENGINE does not answer: start it (or set STACKPIN_ENGINE), then run inventory.sh again"
+[ -n "$version" ] || die_with "$EXIT_HOST" "$ENGINE does not answer: start it (or set STACKPIN_ENGINE), then run inventory.sh again"
 
 body=$(mktemp)
 trap 'rm -f "$body"' EXIT

@@ -3,6 +3,15 @@
 # sed, find, sha256sum and (for signatures) openssl. Sourced, never run.
 # shellcheck disable=SC2034  # variables are used by the scripts that source this file
 
+# Exit codes, stackpin's own (stackpin.errors; README): 0 ok, 2 usage, 3 configuration,
+# 6 verification, 7 bundle (refused: damaged, altered, unsigned), 8 host environment.
+# tests/unit/test_parity.py holds them, the caps and the trust order below equal to Python's.
+EXIT_USAGE=2
+EXIT_CONFIGURATION=3
+EXIT_VERIFICATION=6
+EXIT_BUNDLE=7
+EXIT_HOST=8
+
 BUNDLE_BIN=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 BUNDLE=$(dirname -- "$BUNDLE_BIN")
 FAILED=0
@@ -36,9 +45,9 @@ fail() {
     FAILED=1
 }
 
-die() {
+die() {  # MESSAGE: the bundle is refused (exit 7, as stackpin's BundleError)
     say FAIL "$1" >&2
-    exit 1
+    exit "$EXIT_BUNDLE"
 }
 
 die_with() {  # CODE MESSAGE: one line, the documented exit code (README: site scripts)
@@ -58,7 +67,7 @@ if opt_in STACKPIN_INSECURE_UNSIGNED "${STACKPIN_INSECURE_UNSIGNED:-}"; then INS
 if opt_in STACKPIN_ALLOW_HOST_ACCESS "${STACKPIN_ALLOW_HOST_ACCESS:-}"; then ALLOW_HOST_ACCESS=1; fi
 
 need() {  # COMMAND WHY
-    command -v "$1" >/dev/null 2>&1 || die "$1 is not installed: $2"
+    command -v "$1" >/dev/null 2>&1 || die_with "$EXIT_HOST" "$1 is not installed: $2"
 }
 
 # The container engine: Docker or Podman (the CLI a site has: RHEL-family sites run Podman).
@@ -72,7 +81,7 @@ case ${STACKPIN_ENGINE:-} in
             ENGINE=podman
         fi ;;
     *) say FAIL "STACKPIN_ENGINE='${STACKPIN_ENGINE//[^A-Za-z0-9._-]/?}': set it to docker or podman, or unset it" >&2
-       exit 2 ;;
+       exit "$EXIT_USAGE" ;;
 esac
 
 engine() {
@@ -108,7 +117,7 @@ REST=()
 take_common_args() {
     while [ "$#" -gt 0 ]; do
         case $1 in
-            --pubkey) [ "$#" -ge 2 ] || die "--pubkey needs a file"
+            --pubkey) [ "$#" -ge 2 ] || die_with "$EXIT_USAGE" "--pubkey needs a file"
                 TRUST_PUBKEY=$2; TRUST_ORIGIN=--pubkey; shift 2 ;;
             --pubkey=*) TRUST_PUBKEY=${1#--pubkey=}; TRUST_ORIGIN=--pubkey; shift ;;
             --insecure-unsigned) INSECURE=1; shift ;;
@@ -139,6 +148,15 @@ openssl_verifies_ed25519() {
         && openssl version 2>/dev/null | grep -qE '^OpenSSL (1\.1\.1|[3-9]\.)'
 }
 
+# The trusted key by precedence: --pubkey FILE (take_common_args), then $STACKPIN_PUBKEY
+# (read at the top), then the site trust file; stackpin.bundle.trust.resolve, the same order.
+choose_trusted_key() {
+    if [ -z "$TRUST_PUBKEY" ] && [ -e "$SITE_TRUST_FILE" ]; then
+        TRUST_PUBKEY=$SITE_TRUST_FILE
+        TRUST_ORIGIN="site trust file"
+    fi
+}
+
 # The signature over the exact bytes of manifest.json, against the site's key, before any
 # field of it is read. Fails closed: no key, no signature, a malformed one, no verifier.
 check_trust() {
@@ -149,10 +167,7 @@ check_trust() {
         say WARN "signature: NOT CHECKED (--insecure-unsigned / STACKPIN_INSECURE_UNSIGNED): anyone who could touch this bundle could have changed it"
         return 0
     fi
-    if [ -z "$TRUST_PUBKEY" ] && [ -e "$SITE_TRUST_FILE" ]; then
-        TRUST_PUBKEY=$SITE_TRUST_FILE
-        TRUST_ORIGIN="site trust file"
-    fi
+    choose_trusted_key
     [ -n "$TRUST_PUBKEY" ] || die "no trusted key: pass --pubkey stackpin.pub (received from the build host by a separate channel), set STACKPIN_PUBKEY or install $SITE_TRUST_FILE; --insecure-unsigned skips the check"
     small_regular_file "$TRUST_PUBKEY" "$MAX_KEY_BYTES" "public key $TRUST_PUBKEY ($TRUST_ORIGIN)"
     if [ ! -e "$BUNDLE/manifest.sig" ] && [ ! -L "$BUNDLE/manifest.sig" ]; then
@@ -162,7 +177,7 @@ check_trust() {
     [ "$(file_size "$BUNDLE/manifest.sig")" -eq "$SIGNATURE_BYTES" ] \
         || die "manifest.sig is not a $SIGNATURE_BYTES-byte ed25519 signature: damaged or re-signed with another tool; do not load it"
     openssl_verifies_ed25519 \
-        || die "openssl >= 1.1.1 is not installed, so this host cannot check the ed25519 signature: install it (Debian/Ubuntu: openssl) or verify on a trusted host with stackpin bundle verify; nothing was loaded"
+        || die_with "$EXIT_HOST" "openssl >= 1.1.1 is not installed, so this host cannot check the ed25519 signature: install it (Debian/Ubuntu: openssl) or verify on a trusted host with stackpin bundle verify; nothing was loaded"
     if ! openssl pkeyutl -verify -pubin -inkey "$TRUST_PUBKEY" -rawin \
         -in "$BUNDLE/manifest.json" -sigfile "$BUNDLE/manifest.sig" >/dev/null 2>&1; then
         die "manifest.sig does not match manifest.json for the key from $TRUST_ORIGIN: edited after signing or signed with another key; do not load it"
@@ -242,14 +257,14 @@ load_bundle_conf() {
     . "$BUNDLE/bin/bundle.conf"
 }
 
-require_profile() {  # PROFILE: a well-formed name of one of this bundle's profiles, or exit 2
+require_profile() {  # PROFILE: a well-formed name of one of this bundle's profiles, or a usage error
     local profile=$1 known=()
-    [[ "$profile" =~ ^[a-z0-9][a-z0-9.-]*$ ]] || die_with 2 "profile '$profile' is not a profile name"
+    [[ "$profile" =~ ^[a-z0-9][a-z0-9.-]*$ ]] || die_with "$EXIT_USAGE" "profile '$profile' is not a profile name"
     if [ ! -f "$BUNDLE/bin/profiles/$profile.conf" ]; then
         for conf in "$BUNDLE"/bin/profiles/*.conf; do
             [ -f "$conf" ] && known+=("$(basename -- "$conf" .conf)")
         done
-        die_with 2 "no profile '$profile' in this bundle; profiles: ${known[*]-none}"
+        die_with "$EXIT_USAGE" "no profile '$profile' in this bundle; profiles: ${known[*]-none}"
     fi
 }
 
@@ -348,9 +363,9 @@ visibility_args() {
     VISIBILITY_ARGS=()
     if [ "$#" -gt 0 ]; then
         [ -n "$PROFILE_VISIBILITY_ENV" ] \
-            || die_with 2 "--devices $1: profile $PROFILE_NAME runs on $PROFILE_PLATFORM and has no cards to choose; leave --devices out"
+            || die_with "$EXIT_USAGE" "--devices $1: profile $PROFILE_NAME runs on $PROFILE_PLATFORM and has no cards to choose; leave --devices out"
         [[ "$1" =~ ^[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*$ ]] \
-            || die_with 2 "--devices '$1' is not a card list: give indices such as 0,1"
+            || die_with "$EXIT_USAGE" "--devices '$1' is not a card list: give indices such as 0,1"
         chosen=$1
     fi
     if [ -n "$chosen" ] && [ -n "$PROFILE_VISIBILITY_ENV" ]; then
@@ -372,7 +387,7 @@ without_device_args() {
     done
     PROFILE_RUN_ARGS=("${kept[@]+"${kept[@]}"}")
     VISIBILITY_ARGS=(--env STACKPIN_NO_DEVICES=1)
-    [ "$PROFILE_PLATFORM" = cpu ] \
+    [ -z "$PROFILE_VISIBILITY_ENV" ] \
         || say INFO "--no-devices: profile $PROFILE_NAME runs without its $PROFILE_PLATFORM cards; Studio starts on unsloth's CPU fallback"
 }
 
@@ -406,8 +421,9 @@ loopback_answers_healthy() {  # PORT PATH: asked from this host, the way a user 
     return 1
 }
 
-# KFD_NODE: the device node every process that holds a DCU (or ROCm card) keeps open.
-KFD_NODE=${STACKPIN_KFD:-/dev/kfd}
+# KFD_NODE: the device node every process that holds a card keeps open (/dev/kfd on a
+# DCU or ROCm card): the profile's PROFILE_RELEASE_NODE, or STACKPIN_KFD (stop.sh sets it).
+KFD_NODE=${STACKPIN_KFD:-}
 
 kfd_holders() {  # the PIDs fuser lists on KFD_NODE, one line; empty when none holds it
     # fuser prints the PIDs on stdout (the name and access letters on stderr); exit 1 = none.
@@ -479,7 +495,7 @@ refuse_absent() {  # WHERE ABSENT_LIST: one line naming the layers, exit 7, noth
     count=$(printf '%s\n' "$2" | grep -c .)
     first=$(printf '%s\n' "$2" | head -n 3 | paste -sd ';' - | sed 's/;/, /g')
     [ "$count" -le 3 ] || more=" and $((count - 3)) more"
-    die_with 7 "delta bundle: $count base layer(s) absent from $1: $first$more; load (or push) the bundle it was made against first, or use a full bundle; nothing was changed"
+    die_with "$EXIT_BUNDLE" "delta bundle: $count base layer(s) absent from $1: $first$more; load (or push) the bundle it was made against first, or use a full bundle; nothing was changed"
 }
 
 # --- registries: bin/push.sh seeds one, bin/pull.sh pulls from it on a node ------------------
@@ -489,7 +505,7 @@ refuse_absent() {  # WHERE ABSENT_LIST: one line naming the layers, exit 7, noth
 parse_destination() {
     local dest=$1 component
     [[ "$dest" =~ ^([A-Za-z0-9.-]+(:[0-9]{1,5})?|\[[0-9a-fA-F:]+\](:[0-9]{1,5})?)(/.*)?$ ]] \
-        || die_with 2 "registry '$dest' is not HOST[:PORT][/PREFIX] (e.g. 127.0.0.1:5000/site)"
+        || die_with "$EXIT_USAGE" "registry '$dest' is not HOST[:PORT][/PREFIX] (e.g. 127.0.0.1:5000/site)"
     REGISTRY_HOST=${BASH_REMATCH[1]}
     REGISTRY_PREFIX=${dest#"$REGISTRY_HOST"}
     REGISTRY_PREFIX=${REGISTRY_PREFIX#/}
@@ -497,7 +513,7 @@ parse_destination() {
         local IFS=/
         for component in $REGISTRY_PREFIX; do
             [[ "$component" =~ ^[a-z0-9]+([._-][a-z0-9]+)*$ ]] \
-                || die_with 2 "registry path prefix '$REGISTRY_PREFIX': '$component' is not a repository path component (lower-case letters, digits, . _ -)"
+                || die_with "$EXIT_USAGE" "registry path prefix '$REGISTRY_PREFIX': '$component' is not a repository path component (lower-case letters, digits, . _ -)"
         done
         REGISTRY_PREFIX=$REGISTRY_PREFIX/
     fi
@@ -521,6 +537,6 @@ profile_repository() {
 profile_manifest_digest() {
     local digest=${PROFILE_IMAGE_IDS[1]:-}
     [[ "$digest" =~ $DIGEST_RE ]] \
-        || die_with 7 "profile $PROFILE_NAME names no manifest digest: export the bundle again with this stackpin"
+        || die_with "$EXIT_BUNDLE" "profile $PROFILE_NAME names no manifest digest: export the bundle again with this stackpin"
     printf '%s\n' "$digest"
 }

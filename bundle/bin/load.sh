@@ -15,7 +15,7 @@ take_common_args "$@"
 for arg in "${REST[@]+"${REST[@]}"}"; do
     case $arg in
         -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
-        *) die "unknown argument $arg (usage: load.sh [--pubkey FILE] [--insecure-unsigned])" ;;
+        *) die_with "$EXIT_USAGE" "unknown argument $arg (usage: load.sh [--pubkey FILE] [--insecure-unsigned])" ;;
     esac
 done
 

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Can this host run the bundle? One PASS/FAIL/WARN line per check; exit 1 on any FAIL.
+# Can this host run the bundle? One PASS/FAIL/WARN line per check; exit 8 (host
+# environment) on any FAIL, 7 when the bundle itself is refused (signature, checksums).
 # Reads only the bundle's bin/bundle.conf (signature, then SHA256SUMS) and the host.
 # Options: --pubkey FILE, --insecure-unsigned (as load.sh).
 set -uo pipefail
@@ -7,7 +8,7 @@ set -uo pipefail
 . "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 
 take_common_args "$@"
-[ "${#REST[@]}" -eq 0 ] || die "unknown argument ${REST[0]} (usage: preflight.sh [--pubkey FILE])"
+[ "${#REST[@]}" -eq 0 ] || die_with "$EXIT_USAGE" "unknown argument ${REST[0]} (usage: preflight.sh [--pubkey FILE])"
 
 to_bytes() {  # 32g, 16G, 64gb, 1024m, 512k, 1000 -> bytes
     local text=${1,,} number unit
@@ -35,7 +36,7 @@ elif [ "$INSECURE" -eq 0 ]; then
     say FAIL "openssl >= 1.1.1 absent: the scripts cannot check manifest.sig and refuse the bundle; install openssl"
     FAILED=1
 fi
-[ "$FAILED" -eq 0 ] || exit 1
+[ "$FAILED" -eq 0 ] || exit "$EXIT_HOST"
 load_bundle_conf
 say PASS "bundle: format ${BUNDLE_FORMAT_VERSION}, profiles ${BUNDLE_PROFILES[*]}, platform ${BUNDLE_PLATFORMS[*]}"
 
@@ -57,33 +58,37 @@ else
 fi
 
 
-for platform in "${BUNDLE_PLATFORMS[@]}"; do
-    case $platform in
-        dtk|rocm)
-            for node in /dev/kfd /dev/dri "${BUNDLE_DEVICES[@]}"; do
-                if [ -e "$node" ]; then say PASS "device: $node"; else fail "device: $node is missing (driver not loaded?)"; fi
-            done
-            if [ "$platform" = dtk ]; then
-                if [ -d /opt/hyhal ]; then say PASS "dtk: /opt/hyhal present"
-                else fail "dtk: /opt/hyhal is missing: install the DCU driver package (hyhal)"; fi
-            fi ;;
-        cuda)
-            if [ "$ENGINE" = podman ]; then
-                # Podman reaches NVIDIA cards through CDI, not a runtime; the profiles'
-                # --gpus flag is Docker's (Podman 4.3 lacks it).
-                if ls /etc/cdi/*.yaml /var/run/cdi/*.yaml >/dev/null 2>&1; then
-                    say WARN "cuda: a CDI spec is present, but the profiles pass Docker's --gpus, which Podman 4.x lacks: run CUDA profiles with Docker"
-                else
-                    fail "cuda: no CDI spec for Podman (nvidia-ctk cdi generate), and the profiles pass Docker's --gpus: run CUDA profiles with Docker"
-                fi
-            elif engine info --format '{{json .Runtimes}}' 2>/dev/null | grep -q nvidia \
-                || command -v nvidia-container-cli >/dev/null 2>&1; then
-                say PASS "cuda: NVIDIA container runtime present"
-            else
-                fail "cuda: no NVIDIA container runtime (install nvidia-container-toolkit)"
-            fi ;;
-        cpu) say PASS "devices: none needed (cpu)" ;;
-        *) say WARN "platform $platform: no device checks known" ;;
+# The host checks of each image's platform (its PlatformSpec, rendered into bundle.conf:
+# device nodes, driver folders, the container runtime), then the profiles' device nodes.
+has_runtime() {  # NAME: the engine lists this runtime, or its container CLI is installed
+    engine info --format '{{json .Runtimes}}' 2>/dev/null | grep -q "$1" \
+        || command -v "$1-container-cli" >/dev/null 2>&1
+}
+probe_holds() {  # KIND TARGET: 0 when the host has it, 1 when not, 2 for an unknown kind
+    case $1 in
+        node) [ -e "$2" ] ;;
+        folder) [ -d "$2" ] ;;
+        runtime) has_runtime "$2" ;;
+        none) true ;;
+        *) return 2 ;;
+    esac
+}
+for i in "${!BUNDLE_PROBE_KINDS[@]}"; do
+    if [ "${BUNDLE_PROBE_KINDS[$i]}" = runtime ] && [ "$ENGINE" = podman ]; then
+        # Podman reaches cards through CDI, not a runtime, and the profiles' --gpus flag is
+        # Docker's (Podman 4.3 lacks it): the platform's probe says what that means.
+        if ls /etc/cdi/*.yaml /var/run/cdi/*.yaml >/dev/null 2>&1; then
+            say WARN "${BUNDLE_PROBE_PODMAN_CDI[$i]}"
+        else
+            fail "${BUNDLE_PROBE_PODMAN_NO_CDI[$i]}"
+        fi
+        continue
+    fi
+    probe_holds "${BUNDLE_PROBE_KINDS[$i]}" "${BUNDLE_PROBE_TARGETS[$i]}"
+    case $? in
+        0) say PASS "${BUNDLE_PROBE_PASSED[$i]}" ;;
+        1) fail "${BUNDLE_PROBE_FAILED[$i]}" ;;
+        *) say WARN "probe ${BUNDLE_PROBE_KINDS[$i]}: not a check this script knows" ;;
     esac
 done
 for path in "${BUNDLE_HOST_PATHS[@]}"; do
@@ -149,6 +154,6 @@ fi
 
 if [ "$FAILED" -ne 0 ]; then
     say FAIL "preflight: fix the FAIL lines above, then run bin/preflight.sh again"
-    exit 1
+    exit "$EXIT_HOST"
 fi
 say PASS "preflight: this host can run the bundle; next: bin/load.sh --pubkey stackpin.pub"

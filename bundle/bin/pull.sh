@@ -22,12 +22,12 @@ while [ "$#" -gt 0 ]; do
     case $1 in
         --plain-http) plain=1 ;;
         -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
-        -*) die_with 2 "unknown option $1 ($usage)" ;;
-        *) [ -z "$dest" ] || die_with 2 "$usage"; dest=$1 ;;
+        -*) die_with "$EXIT_USAGE" "unknown option $1 ($usage)" ;;
+        *) [ -z "$dest" ] || die_with "$EXIT_USAGE" "$usage"; dest=$1 ;;
     esac
     shift
 done
-[ -n "$dest" ] || die_with 2 "$usage"
+[ -n "$dest" ] || die_with "$EXIT_USAGE" "$usage"
 parse_destination "$dest"
 need_engine "it pulls the images"
 load_bundle_conf  # signature, then SHA256SUMS, then bundle.conf's own checksum
@@ -39,13 +39,13 @@ for profile in "${BUNDLE_PROFILES[@]}"; do
     repo=$(profile_repository)
     digest=$(profile_manifest_digest)
     if ! out=$(engine pull "${pull_args[@]+"${pull_args[@]}"}" "$repo@$digest" 2>&1); then
-        die_with 8 "pull of $repo@$digest failed: $(printf '%s' "$out" | tail -n 1 | cut -c1-300)"
+        die_with "$EXIT_HOST" "pull of $repo@$digest failed: $(printf '%s' "$out" | tail -n 1 | cut -c1-300)"
     fi
     loaded=$(known_image "${PROFILE_IMAGE_IDS[@]}") \
-        || die_with 7 "pulled $repo@$digest, but the engine holds no image named by the signed config digest ${PROFILE_IMAGE_IDS[0]}: do not run it"
+        || die_with "$EXIT_BUNDLE" "pulled $repo@$digest, but the engine holds no image named by the signed config digest ${PROFILE_IMAGE_IDS[0]}: do not run it"
     engine image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$loaded" \
         | grep -qxF -- "$repo@$digest" \
-        || die_with 7 "image $loaded does not list the signed manifest digest $repo@$digest: do not run it"
+        || die_with "$EXIT_BUNDLE" "image $loaded does not list the signed manifest digest $repo@$digest: do not run it"
     engine tag "$loaded" "$PROFILE_IMAGE_TAG"
     say PASS "pulled $profile: $repo@$digest is image $loaded (signed config and manifest digests), tagged $PROFILE_IMAGE_TAG"
 done

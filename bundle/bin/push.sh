@@ -26,18 +26,18 @@ dest="" plain=0 ca="" authfile=""
 while [ "$#" -gt 0 ]; do
     case $1 in
         --plain-http) plain=1 ;;
-        --ca-cert) [ "$#" -ge 2 ] || die_with 2 "--ca-cert needs a file"; ca=$2; shift ;;
-        --authfile) [ "$#" -ge 2 ] || die_with 2 "--authfile needs a file"; authfile=$2; shift ;;
+        --ca-cert) [ "$#" -ge 2 ] || die_with "$EXIT_USAGE" "--ca-cert needs a file"; ca=$2; shift ;;
+        --authfile) [ "$#" -ge 2 ] || die_with "$EXIT_USAGE" "--authfile needs a file"; authfile=$2; shift ;;
         -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
-        -*) die_with 2 "unknown option $1 ($usage)" ;;
-        *) [ -z "$dest" ] || die_with 2 "$usage"; dest=$1 ;;
+        -*) die_with "$EXIT_USAGE" "unknown option $1 ($usage)" ;;
+        *) [ -z "$dest" ] || die_with "$EXIT_USAGE" "$usage"; dest=$1 ;;
     esac
     shift
 done
-[ -n "$dest" ] || die_with 2 "$usage"
+[ -n "$dest" ] || die_with "$EXIT_USAGE" "$usage"
 parse_destination "$dest"
-[ -z "$ca" ] || [ -f "$ca" ] || die_with 2 "--ca-cert $ca is not a file"
-[ -z "$authfile" ] || [ -f "$authfile" ] || die_with 2 "--authfile $authfile is not a file"
+[ -z "$ca" ] || [ -f "$ca" ] || die_with "$EXIT_USAGE" "--ca-cert $ca is not a file"
+[ -z "$authfile" ] || [ -f "$authfile" ] || die_with "$EXIT_USAGE" "--authfile $authfile is not a file"
 need sha256sum "coreutils checks every file"
 need zstd "it decompresses images.tar.zst"
 need tar "it unpacks the images' layout for skopeo"
@@ -85,7 +85,7 @@ if [ "${#BUNDLE_BASE_CHAINS[@]}" -gt 0 ]; then
             case $code in
                 200) ;;
                 404) absent+="${BUNDLE_BASE_CHAINS[$i]} (diff ${BUNDLE_BASE_DIFFS[$i]})"$'\n' ;;
-                *) die_with 8 "registry $REGISTRY_HOST answered '${code:-nothing}' to a HEAD for a blob of ${repo#*/}: check the address, --plain-http, --ca-cert" ;;
+                *) die_with "$EXIT_HOST" "registry $REGISTRY_HOST answered '${code:-nothing}' to a HEAD for a blob of ${repo#*/}: check the address, --plain-http, --ca-cert" ;;
             esac
         done
     done
@@ -97,7 +97,7 @@ fi
 [ -n "$work" ] || work=$(mktemp -d "${STACKPIN_PUSH_TMP:-$BUNDLE.push}.XXXXXX")
 free=$(df -Pk "$work" | awk 'NR == 2 { printf "%.0f\n", $4 * 1024 }')
 [ "${free:-0}" -gt "$BUNDLE_UNPACKED_BYTES" ] \
-    || die_with 8 "$(dirname -- "$work") has $((${free:-0} >> 20)) MiB free; the images unpack to $((BUNDLE_UNPACKED_BYTES >> 20)) MiB: set STACKPIN_PUSH_TMP to a roomier folder"
+    || die_with "$EXIT_HOST" "$(dirname -- "$work") has $((${free:-0} >> 20)) MiB free; the images unpack to $((BUNDLE_UNPACKED_BYTES >> 20)) MiB: set STACKPIN_PUSH_TMP to a roomier folder"
 mkdir "$work/layout"
 # The verified stream, capped at its signed size, unpacked as the OCI layout it is.
 zstd -dc --memory=128MB "$BUNDLE/images.tar.zst" | head -c "$BUNDLE_UNPACKED_BYTES" \
@@ -110,11 +110,11 @@ for profile in "${BUNDLE_PROFILES[@]}"; do
     if ! skopeo copy --quiet --preserve-digests --retry-times 3 "${tls_args[@]}" \
         "${auth_args[@]+"${auth_args[@]}"}" --digestfile "$work/digest" \
         "oci:$work/layout:${PROFILE_IMAGE_TAG##*:}" "docker://$repo:${PROFILE_IMAGE_TAG##*:}" 2>"$work/skopeo.err"; then
-        die_with 8 "push of $profile to $repo failed: $(tail -n 1 "$work/skopeo.err" | cut -c1-300); run push.sh again to resume (blobs already there are skipped)"
+        die_with "$EXIT_HOST" "push of $profile to $repo failed: $(tail -n 1 "$work/skopeo.err" | cut -c1-300); run push.sh again to resume (blobs already there are skipped)"
     fi
     pushed=$(cat "$work/digest")
     [ "$pushed" = "$digest" ] \
-        || die_with 7 "push of $profile: the registry stored manifest $pushed, not the signed $digest"
+        || die_with "$EXIT_BUNDLE" "push of $profile: the registry stored manifest $pushed, not the signed $digest"
     say PASS "pushed $profile: $repo@$digest (the signed manifest digest; tag ${PROFILE_IMAGE_TAG##*:})"
 done
 say PASS "push: ${#BUNDLE_PROFILES[@]} image(s) in $REGISTRY_HOST; on each node: bin/pull.sh $dest"

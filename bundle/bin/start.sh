@@ -29,30 +29,30 @@ usage="usage: start.sh stable|enhanced|full|PROFILE [--devices LIST|--no-devices
 profile="" keep=0 force=0 no_devices=0 devices=() command=()
 while [ "$#" -gt 0 ]; do
     case $1 in
-        --devices) [ "$#" -ge 2 ] || die_with 2 "--devices needs a card list such as 0,1"
+        --devices) [ "$#" -ge 2 ] || die_with "$EXIT_USAGE" "--devices needs a card list such as 0,1"
             devices=("$2"); shift ;;
         --devices=*) devices=("${1#--devices=}") ;;
         --no-devices) no_devices=1 ;;
         --keep) keep=1 ;;
         --force) force=1 ;;
         --) shift; command=("$@"); break ;;
-        -*) die_with 2 "unknown option $1 ($usage)" ;;
-        *) [ -z "$profile" ] || die_with 2 "$usage"; profile=$1 ;;
+        -*) die_with "$EXIT_USAGE" "unknown option $1 ($usage)" ;;
+        *) [ -z "$profile" ] || die_with "$EXIT_USAGE" "$usage"; profile=$1 ;;
     esac
     shift
 done
-[ -n "$profile" ] || die_with 2 "$usage"
+[ -n "$profile" ] || die_with "$EXIT_USAGE" "$usage"
 profile=$(profile_alias "$profile")
 need_engine "it runs the profile's container"
 load_bundle_conf
 load_profile "$profile"
 visibility_args "${devices[@]+"${devices[@]}"}"
 if [ "$no_devices" = 1 ]; then
-    [ "${#devices[@]}" = 0 ] || die_with 2 "--devices and --no-devices contradict each other: give one"
+    [ "${#devices[@]}" = 0 ] || die_with "$EXIT_USAGE" "--devices and --no-devices contradict each other: give one"
     without_device_args
 fi
 [ -n "${PROFILE_SERVICE_ARGV+x}" ] \
-    || die_with 3 "profile $profile's image declares no service: add [service] to its cell, or pass -- COMMAND"
+    || die_with "$EXIT_CONFIGURATION" "profile $profile's image declares no service: add [service] to its cell, or pass -- COMMAND"
 
 port=${STACKPIN_PORT:-$PROFILE_PORT}
 timeout=${STACKPIN_START_TIMEOUT:-$PROFILE_READY_TIMEOUT}
@@ -60,26 +60,26 @@ state=${STACKPIN_STATE_DIR:-$BUNDLE.state/$profile}
 models=${STACKPIN_MODELS_DIR:-$BUNDLE/models}
 name=$(container_name "$profile")
 if ! [[ "$port" =~ ^[0-9]+$ ]] || [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then
-    die_with 2 "port '$port' is not a port number"
+    die_with "$EXIT_USAGE" "port '$port' is not a port number"
 fi
-[[ "$timeout" =~ ^[0-9]+$ ]] || die_with 2 "STACKPIN_START_TIMEOUT '$timeout' is not a number of seconds"
+[[ "$timeout" =~ ^[0-9]+$ ]] || die_with "$EXIT_USAGE" "STACKPIN_START_TIMEOUT '$timeout' is not a number of seconds"
 [ -d "$models" ] \
-    || die_with 3 "models folder $models is missing: create it and put model folders (safetensors or GGUF) in it, or set STACKPIN_MODELS_DIR"
+    || die_with "$EXIT_CONFIGURATION" "models folder $models is missing: create it and put model folders (safetensors or GGUF) in it, or set STACKPIN_MODELS_DIR"
 
-profile_image 8
+profile_image "$EXIT_HOST"
 if status=$(engine container inspect --format '{{.State.Status}}' "$name" 2>/dev/null); then
     [ "$status" != running ] \
-        || die_with 8 "profile $profile is already running (container $name): bin/stop.sh $profile first"
+        || die_with "$EXIT_HOST" "profile $profile is already running (container $name): bin/stop.sh $profile first"
     engine rm -f "$name" >/dev/null  # an exited leftover of an earlier start
 fi
-if [ "$PROFILE_PLATFORM" != cpu ] && [ "$no_devices" = 0 ] && [ "$force" = 0 ]; then
+if [ "$PROFILE_ONE_PER_CARD" = 1 ] && [ "$no_devices" = 0 ] && [ "$force" = 0 ]; then
     other=$(engine ps --filter label=io.stackpin.profile --format '{{.Label "io.stackpin.profile"}}' \
         | grep -vx -- "$profile" | head -n 1 || true)
     [ -z "$other" ] \
-        || die_with 8 "profile $other is running on this card: never train on two profiles at once; bin/stop.sh $other first, or pass --force"
+        || die_with "$EXIT_HOST" "profile $other is running on this card: never train on two profiles at once; bin/stop.sh $other first, or pass --force"
 fi
 if port_taken "$port"; then
-    die_with 8 "port 127.0.0.1:$port is taken: stop what uses it or set STACKPIN_PORT"
+    die_with "$EXIT_HOST" "port 127.0.0.1:$port is taken: stop what uses it or set STACKPIN_PORT"
 fi
 
 [ "${#command[@]}" -gt 0 ] || command=("${PROFILE_SERVICE_ARGV[@]}")
@@ -96,7 +96,7 @@ engine run --detach --init --name "$name" --restart no \
     --env STACKPIN_PROFILE="$profile" --env HOME="$PROFILE_STATE_DIR/home" \
     "${PROFILE_RUN_ARGS[@]}" "${VISIBILITY_ARGS[@]+"${VISIBILITY_ARGS[@]}"}" \
     "$PROFILE_IMAGE" "${command[@]}" >/dev/null \
-    || die_with 8 "$ENGINE could not start profile $profile; its message is above"
+    || die_with "$EXIT_HOST" "$ENGINE could not start profile $profile; its message is above"
 
 give_up() {  # CODE MESSAGE: show the service's last words, remove it unless --keep
     engine logs --tail 30 "$name" 2>&1 | sed 's/^/    /' >&2 || true
@@ -110,15 +110,15 @@ while :; do
     health=$(container_health "$name" || echo gone)
     case $health in
         "running healthy") break ;;
-        exited*|dead*|gone) give_up 6 "profile $profile exited while starting ($health); its last log lines are above" ;;
+        exited*|dead*|gone) give_up "$EXIT_VERIFICATION" "profile $profile exited while starting ($health); its last log lines are above" ;;
     esac
     [ "$SECONDS" -lt "$deadline" ] \
-        || give_up 6 "profile $profile not healthy after ${timeout}s ($health); raise STACKPIN_START_TIMEOUT or read the log above"
+        || give_up "$EXIT_VERIFICATION" "profile $profile not healthy after ${timeout}s ($health); raise STACKPIN_START_TIMEOUT or read the log above"
     sleep 1
 done
 # The container's HEALTHCHECK asks from inside; a user asks through the published port.
 loopback_answers_healthy "$port" "$PROFILE_HEALTH_PATH" \
-    || give_up 6 "profile $profile is healthy inside its container, but http://127.0.0.1:$port$PROFILE_HEALTH_PATH does not answer healthy JSON on this host; its last log lines are above"
+    || give_up "$EXIT_VERIFICATION" "profile $profile is healthy inside its container, but http://127.0.0.1:$port$PROFILE_HEALTH_PATH does not answer healthy JSON on this host; its last log lines are above"
 say PASS "start: profile $profile serves http://127.0.0.1:$port/ (container $name, state $state)"
 password=$state/${PROFILE_BOOTSTRAP_PASSWORD#"$PROFILE_STATE_DIR"/}
 if [ -f "$password" ]; then

@@ -1,19 +1,19 @@
 #!/bin/bash
 # Stop a profile: bin/stop.sh stable|enhanced|full|PROFILE
 # Stops its container gracefully (SIGTERM), removes it and waits until its processes are
-# gone. On a DCU or ROCm profile it then waits until `fuser /dev/kfd` lists no process (the
-# field's rule: every process that still holds a card; freed device memory lags process
-# exit). Whether each card's memory use is back at zero, the other half of the field's
+# gone. On a profile whose platform holds cards by a node (PROFILE_RELEASE_NODE: /dev/kfd
+# on DCU and ROCm) it then waits until `fuser` lists no process on it (the field's rule:
+# every process that still holds a card; freed device memory lags process exit). Whether each card's memory use is back at zero, the other half of the field's
 # rule, it cannot decide: hy-smi's output format is not known here, so it says so and names
 # the check to make. Exit codes: 0 stopped or not running; 2 usage or no such profile;
 # 8 still present (container, processes, or a process holding /dev/kfd).
 #   STACKPIN_STOP_TIMEOUT seconds for a clean exit before SIGKILL (default 30)
-#   STACKPIN_KFD the card's KFD node (default /dev/kfd)
+#   STACKPIN_KFD the card's KFD node (default: the profile's release node)
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/lib.sh"
 
-[ "$#" -eq 1 ] || die_with 2 "usage: stop.sh stable|enhanced|full|PROFILE"
+[ "$#" -eq 1 ] || die_with "$EXIT_USAGE" "usage: stop.sh stable|enhanced|full|PROFILE"
 profile=$(profile_alias "$1")
 require_profile "$profile"  # a typo is an error, not "not running"
 need_engine "it stops the profile's container"
@@ -42,7 +42,7 @@ card_released() {
         local holders
         until holders=$(kfd_holders) && [ -z "$holders" ]; do
             [ "$SECONDS" -lt "$deadline" ] \
-                || die_with 8 "stop: processes still hold $KFD_NODE $((grace + 30))s after the stop: PIDs $holders; another profile or a leftover worker uses the card: stop it (by process tree, not pkill -f)"
+                || die_with "$EXIT_HOST" "stop: processes still hold $KFD_NODE $((grace + 30))s after the stop: PIDs $holders; another profile or a leftover worker uses the card: stop it (by process tree, not pkill -f)"
             sleep 1
         done
         say PASS "stop: no process holds $KFD_NODE (fuser)"
@@ -57,13 +57,16 @@ engine rm --force --volumes "$name" >/dev/null
 deadline=$((SECONDS + grace + 30))
 while engine container inspect "$name" >/dev/null 2>&1 \
     || { [ -n "$watch_pid" ] && grep -qs "$cid" "/proc/$watch_pid/cgroup"; }; do
-    [ "$SECONDS" -lt "$deadline" ] || die_with 8 "stop: $name or its processes are still there; check '$ENGINE ps -a'"
+    [ "$SECONDS" -lt "$deadline" ] || die_with "$EXIT_HOST" "stop: $name or its processes are still there; check '$ENGINE ps -a'"
     sleep 1
 done
-if [ -f "$BUNDLE/bin/profiles/$profile.conf" ]; then
-    platform=$(sed -n 's/^PROFILE_PLATFORM=//p' "$BUNDLE/bin/profiles/$profile.conf")
+# The profile's platform names the node a card is held by (PROFILE_RELEASE_NODE; none
+# on a platform without cards). Read, not sourced: stop needs no signature check.
+release=$(sed -n 's/^PROFILE_RELEASE_NODE=//p' "$BUNDLE/bin/profiles/$profile.conf" | head -n 1)
+release=${release#\'}
+release=${release%\'}
+if [ -n "$release" ]; then
+    KFD_NODE=${STACKPIN_KFD:-$release}
+    card_released
 fi
-case ${platform:-} in
-    dtk|rocm) card_released ;;
-esac
 say PASS "stop: profile $profile stopped, container $name removed, processes gone"

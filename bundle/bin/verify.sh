@@ -1,7 +1,8 @@
 #!/bin/bash
 # Run the in-image verification at the site: bin/verify.sh [PROFILE...] [-- VERIFY-ARGS...]
 # Default: every profile. Reports go next to the bundle: <bundle>.reports/PROFILE/report.json
-# and report.xml (STACKPIN_REPORT_DIR overrides <bundle>.reports). Exit 0 = all passed.
+# and report.xml (STACKPIN_REPORT_DIR overrides <bundle>.reports). Exit 0 = all passed,
+# 6 when a profile failed a required check, 8 when its image is not loaded.
 # Options: --pubkey FILE, --insecure-unsigned, --allow-host-access (as load.sh / start.sh):
 # the signature is checked first, as by load.sh.
 set -euo pipefail
@@ -26,7 +27,7 @@ for profile in "${profiles[@]}"; do
     load_profile "$profile"
     # shellcheck disable=SC2119  # no list: the profile's default cards
     visibility_args
-    profile_image 1
+    profile_image "$EXIT_HOST"
     out="$reports/$profile"
     mkdir -p "$out"
     engine_user_args
@@ -42,7 +43,7 @@ for profile in "${profiles[@]}"; do
         say PASS "verify: profile $profile passed; report $out/report.json"
     else
         say FAIL "verify: profile $profile failed; report $out/report.json"
-        status=1
+        status=$EXIT_VERIFICATION
     fi
 done
 exit "$status"

@@ -17,8 +17,10 @@ import json
 import sys
 from pathlib import Path
 
+from stackpin.context import read_sources
 from stackpin.lock import read_lock
-from stackpin.matrix import Variant, load_cells
+from stackpin.matrix import Variant
+from stackpin.matrixfile import load_cells
 from stackpin.render import RenderRequest, image_info
 
 RUN_KIND = "lock replayed on device"
@@ -40,7 +42,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     for variant in (Variant.STABLE, Variant.ENHANCED):
         info = image_info(RenderRequest(cell=cells[cell_id], variant=variant, lock=lock,
-                                        templates_dir=root / "templates",
+                                        sources=read_sources(root / "templates"),
                                         stackpin_version="replay"))
         info["run_kind"] = RUN_KIND
         info["replay"] = {"python": f"{replay['host_python']} (the lock: {lock.python})",

@@ -39,46 +39,52 @@ dropped silently, so a new vendor label form is noticed instead of half-parsed.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import PurePosixPath
-from typing import Literal
 
 from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag
 from packaging.utils import InvalidWheelFilename, canonicalize_name
 from packaging.utils import parse_wheel_filename as _packaging_parse_wheel_filename
 from packaging.version import Version
 
+from stackpin import platforms
 from stackpin.errors import ValidationError
 from stackpin.untrusted import shown
 
-TokenKind = Literal[
-    "das", "opt", "dtk", "torch", "cuda", "rocm", "cpu", "cxx11abi", "abi", "git", "date",
-    "unknown",
-]
-Vendor = Literal["das", "cuda", "rocm"]
+# What a token means: one of the generic kinds below, a kind a platform's label declares
+# (stackpin.platforms: das, dtk, cu, rocm, cpu, ...), or "unknown".
+TokenKind = str
 
 # Order matters where one pattern is a prefix of another (cxx11abiTRUE before cxx11.abi,
 # dotted torch before compact torch). Each group 'v' is the raw value the token carries.
-_TOKEN_SOURCES: tuple[tuple[TokenKind, str], ...] = (
+# The platforms' tokens go between the ABI flag and the rest (``_token_sources``).
+_ABI_SOURCES: tuple[tuple[TokenKind, str], ...] = (
     ("cxx11abi", r"cxx11abi(?P<v>true|false)"),
     ("cxx11abi", r"cxx11[._]abi(?P<v>)(?![0-9a-z])"),
-    ("das", r"das(?P<v>\d+(?:\.\d{1,2}(?!\d))?)?"),
+)
+_GENERIC_SOURCES: tuple[tuple[TokenKind, str], ...] = (
     ("opt", r"opt(?P<v>\d+)"),
-    ("dtk", r"dtk(?P<v>\d{2}\.\d{2}(?:\.\d{1,2})?)(?!\d)"),
-    ("dtk", r"dtk(?P<v>\d{4,6})(?!\d)"),
     ("torch", r"torch(?P<v>\d{1,2}\.\d{1,2}(?:\.\d{1,2})?)(?!\d)"),
     ("torch", r"torch(?P<v>\d{2,5})(?!\d)"),
-    ("cuda", r"cu(?P<v>\d{2,3})(?!\d)"),
-    ("rocm", r"rocm(?P<v>\d{1,2}(?:\.\d{1,2}){1,2})(?!\d)"),
-    ("cpu", r"cpu(?P<v>)(?![0-9a-z])"),
     ("abi", r"abi(?P<v>\d)(?![0-9a-z])"),
     ("git", r"git(?P<v>[0-9a-f]{7,40})(?![0-9a-z])"),
     ("git", r"g(?P<v>[0-9a-f]{7,40})(?![0-9a-z])"),
     ("date", r"(?P<v>\d{14}|\d{12}|\d{8})(?![0-9a-z])"),
 )
-_TOKEN_PATTERNS = tuple((kind, re.compile(src, re.IGNORECASE)) for kind, src in _TOKEN_SOURCES)
+
+
+@functools.cache
+def _token_patterns() -> tuple[tuple[TokenKind, re.Pattern[str]], ...]:
+    platform_sources = [(t.kind, t.pattern) for spec in platforms.specs()
+                        for t in spec.label.tokens]
+    sources = [*_ABI_SOURCES, *platform_sources, *_GENERIC_SOURCES]
+    return tuple((kind, re.compile(src, re.IGNORECASE)) for kind, src in sources)
+
+
 _SEPARATORS = "._-"
 _DATE_FORMATS = {8: "%Y%m%d", 12: "%Y%m%d%H%M", 14: "%Y%m%d%H%M%S"}
 
@@ -113,13 +119,11 @@ class WheelInfo:
     abi_tag: str
     platform_tag: str
     glibc: str | None
-    vendor: Vendor | None
-    dtk: str | None
+    vendor: str | None
+    # Every platform the label marks, with the version it names there ("" for none).
+    builds: Mapping[str, str] = field(default_factory=dict)
     torch: str | None
-    cuda: str | None
-    rocm: str | None
     cxx11abi: bool | None
-    cpu: bool = False
     tokens: tuple[LabelToken, ...] = field(default=())
     unknown_tokens: tuple[str, ...] = field(default=())
 
@@ -132,6 +136,10 @@ class WheelInfo:
     def public_version(self) -> Version:
         """The version without its local label."""
         return Version(Version(self.version).public)
+
+    def names_version(self, platform: str) -> str | None:
+        """The version the label names for ``platform`` (26.04 for +das.opt1.dtk2604), or None."""
+        return self.builds.get(platform) or None
 
     @property
     def tags(self) -> frozenset[Tag]:
@@ -148,10 +156,10 @@ class WheelInfo:
             "platform_tag": self.platform_tag,
             "glibc": self.glibc,
             "vendor": self.vendor,
-            "dtk": self.dtk,
+            # One key per platform whose label names a version (dtk, rocm, cuda).
+            **{spec.name: self.names_version(spec.name) for spec in platforms.specs()
+               if spec.label.version_token},
             "torch": self.torch,
-            "cuda": self.cuda,
-            "rocm": self.rocm,
             "cxx11abi": self.cxx11abi,
             "unknown_tokens": list(self.unknown_tokens),
         }
@@ -193,12 +201,9 @@ def parse_wheel_filename(filename: str) -> WheelInfo:
         platform_tag=platform_tag,
         glibc=glibc_floor(platform_tag),
         vendor=_vendor(values),
-        dtk=_dtk_version(values["dtk"]) if "dtk" in values else None,
+        builds=_builds(values),
         torch=version.public if is_torch else _torch_from_label(values.get("torch")),
-        cuda=_cuda_version(values["cuda"]) if "cuda" in values else None,
-        rocm=values.get("rocm"),
         cxx11abi=_cxx11abi(values.get("cxx11abi")),
-        cpu="cpu" in values,
         tokens=tokens,
         unknown_tokens=tuple(t.text for t in tokens if t.kind == "unknown"),
     )
@@ -218,7 +223,7 @@ def tokenize_label(label: str) -> tuple[LabelToken, ...]:
 
 
 def _next_token(label: str, pos: int) -> tuple[LabelToken, int]:
-    for kind, pattern in _TOKEN_PATTERNS:
+    for kind, pattern in _token_patterns():
         match = pattern.match(label, pos)
         if match is None or (kind == "date" and not _is_date(match.group("v"))):
             continue
@@ -238,23 +243,25 @@ def _is_date(digits: str) -> bool:
     return True
 
 
-def _vendor(values: dict[TokenKind, str]) -> Vendor | None:
-    # A DAS label wins: DAS builds are HIP builds, but their runtime is DTK, not ROCm.
-    if "das" in values or "dtk" in values:
-        return "das"
-    if "rocm" in values:
-        return "rocm"
-    if "cuda" in values:
-        return "cuda"
-    return None
+def _marks(values: Mapping[TokenKind, str], spec: platforms.PlatformSpec) -> bool:
+    return any(token.kind in values for token in spec.label.tokens)
 
 
-def _dtk_version(raw: str) -> str:
-    """``2604`` -> 26.04, ``24043`` -> 24.04.3; a dotted value is kept as written."""
-    if "." in raw:
-        return raw
-    point = f".{raw[4:]}" if len(raw) > 4 else ""
-    return f"{raw[:2]}.{raw[2:4]}{point}"
+def _vendor(values: Mapping[TokenKind, str]) -> str | None:
+    """The vendor of the first platform (by rank) the label marks: a DAS label wins, as
+    DAS builds are HIP builds whose runtime is DTK, not ROCm."""
+    return next((spec.label.vendor for spec in platforms.specs()
+                 if spec.label.vendor and _marks(values, spec)), None)
+
+
+def _builds(values: Mapping[TokenKind, str]) -> dict[str, str]:
+    """Every platform the label marks, with the version it names ("" when it names none)."""
+    found = {}
+    for spec in platforms.specs():
+        if _marks(values, spec):
+            raw = values.get(spec.label.version_token) if spec.label.version_token else None
+            found[spec.name] = spec.label.version_of(raw) if raw else ""
+    return found
 
 
 def _torch_from_label(raw: str | None) -> str | None:
@@ -266,11 +273,6 @@ def _torch_from_label(raw: str | None) -> str | None:
     if len(raw) == 2:
         return f"{raw[0]}.{raw[1]}"
     return f"{raw[0]}.{int(raw[1:-1])}.{raw[-1]}"
-
-
-def _cuda_version(raw: str) -> str:
-    """``12`` -> 12 (major only, as upstream FlashAttention writes it), ``128`` -> 12.8."""
-    return raw if len(raw) == 2 else f"{raw[:2]}.{raw[2:]}"
 
 
 def _cxx11abi(raw: str | None) -> bool | None:
@@ -355,48 +357,3 @@ def _glibc_tuple(glibc: str) -> tuple[int, ...]:
     except ValueError:
         msg = f"'{glibc}' is not a glibc version; write it like 2.35"
         raise ValidationError(msg) from None
-
-
-# --- vendor base image references -----------------------------------------------------
-
-# <registry>/dcu/admin/base/<stack>:<stack version>-<os>-dtk<dtk>[-extra...]-py<py>[-suffix]
-# e.g. .../vllm:0.8.5-ubuntu22.04-dtk25.04.1-rc5-das1.6-py3.10-20250705 (dcu-facts.md).
-_SOURCEFIND = re.compile(
-    r"^(?P<registry>[^/]+(?:/[^/]+)*?)/dcu/admin/base/(?P<stack>[a-z0-9._-]+)"
-    r":(?P<version>[^-]+)-(?P<os>[a-z]+[0-9][0-9.]*)"
-    r"-dtk(?P<dtk>\d{2}\.\d{2}(?:\.\d+)?)(?:-(?P<extra>.+?))?"
-    r"-py(?P<py>\d\.?\d{1,2})(?:-(?P<suffix>.+))?$"
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class BaseReference:
-    """The axes a vendor (SourceFind) DCU base image tag encodes."""
-
-    registry: str
-    stack: str
-    stack_version: str
-    os: str
-    dtk: str
-    python: str
-    extra: str
-    suffix: str
-
-
-def parse_base_reference(ref: str) -> BaseReference | None:
-    """Read a SourceFind DCU base tag; None for references not in that pattern."""
-    match = _SOURCEFIND.match(ref.split("@", 1)[0])
-    if match is None:
-        return None
-    py = match["py"]
-    python = py if "." in py else f"{py[0]}.{py[1:]}"  # py38 -> 3.8, py310 -> 3.10
-    return BaseReference(
-        registry=match["registry"],
-        stack=match["stack"],
-        stack_version=match["version"],
-        os=match["os"],
-        dtk=match["dtk"],
-        python=python,
-        extra=match["extra"] or "",
-        suffix=match["suffix"] or "",
-    )

@@ -18,8 +18,6 @@ from packaging.version import InvalidVersion, Version
 
 from stackpin.matrix import Cell, DroppedRequirement, PinnedWheel, Provided
 
-_WHERE = {"dtk": "dtk", "rocm": "rocm", "cuda": "cuda", "cpu": "cpu"}
-
 
 @dataclass(frozen=True)
 class Conflict:
@@ -245,7 +243,7 @@ def _requires(meta: DistMeta, drop: DroppedRequirement, env: Mapping[str, str]) 
 def _excluded_line(cell: Cell, chain: list[DistMeta], dep: str) -> str:
     path = " → ".join(f"{m.name} {m.version}" for m in chain)
     reason = excluded(cell)[dep]
-    return f"{path} → {dep}: excluded on {_WHERE[cell.platform]} ({reason})"
+    return f"{path} → {dep}: excluded on {cell.platform} ({reason})"
 
 
 def closure_conflicts(

@@ -29,7 +29,7 @@ from pathlib import Path
 from stackpin import __version__
 from stackpin.cache import cache_dir
 from stackpin.checks import check_cell
-from stackpin.context import context_digest, stage_context
+from stackpin.context import context_digest, read_sources, stage_context
 from stackpin.engine import BuildRequest, BuildResult, Engine, RunRequest
 from stackpin.engine.builders import CLASSIC, BuilderChoice
 from stackpin.errors import HostEnvironmentError, StackpinError, ValidationError
@@ -103,7 +103,7 @@ def plan(target: Target, *, no_cache: bool, provenance: dict[str, str],
     rendered = render(
         RenderRequest(
             cell=cell, variant=target.variant, lock=lock,
-            templates_dir=target.layout.templates, stackpin_version=__version__,
+            sources=read_sources(target.layout.templates), stackpin_version=__version__,
             builder=builder.builder, installer=load_installer(target.layout.root),
         )
     )

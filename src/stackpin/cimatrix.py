@@ -16,11 +16,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stackpin import platforms
 from stackpin.errors import ConfigurationError
 from stackpin.matrix import VARIANTS, Cell, Platform, Variant
 from stackpin.target import LABEL_CELL, LABEL_LOCK_DIGEST, LABEL_VARIANT, Layout, image_tags
 
-PLATFORMS: tuple[Platform, ...] = ("cpu", "cuda", "dtk", "rocm")
+PLATFORMS: tuple[Platform, ...] = tuple(sorted(platforms.names()))
 FORMATS = ("github", "gitlab", "bake", "json")
 JSON_SCHEMA = "stackpin.ci-matrix/v1"
 
@@ -71,7 +72,7 @@ class Plan:
 
 
 def parse_runner_kinds(text: str) -> tuple[str, ...]:
-    """'cpu,cuda' -> ('cpu', 'cuda'); an unknown kind is a configuration error."""
+    """'a,b' -> ('a', 'b') for platform names; an unknown kind is a configuration error."""
     kinds = tuple(sorted({k.strip() for k in text.split(",") if k.strip()}))
     for kind in kinds:
         if kind not in PLATFORMS:
@@ -146,7 +147,7 @@ def _jobs_for(cell: Cell, variant: Variant) -> list[Job]:
             cpu_arch=cell.cpu_arch,
             python=cell.python,
             # CPU cells need no accelerator, so GitHub's hosted runners do.
-            runs_on="ubuntu-latest" if cell.platform == "cpu" else _runner_labels(cell, arch),
+            runs_on=cell.spec.ci_runner or _runner_labels(cell, arch),
             source_date_epoch=cell.source_date_epoch,
         )
         for arch in _arches(cell)

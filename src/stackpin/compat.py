@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
+
+from packaging.utils import canonicalize_name
 
 from stackpin.declared import doc
 from stackpin.errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from stackpin.matrix import Cell
 
 SHIM_ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -42,17 +40,19 @@ class Compat:
     module: str = field(metadata=doc("The module whose import applies the shim."))
 
 
-def compat_problems(cell: Cell) -> list[tuple[str, str]]:
-    """(key under the cell, message) for each shim that does not fit its cell."""
+def compat_problems(shims: Mapping[str, Compat], stack: Mapping[str, str]
+                    ) -> list[tuple[str, str]]:
+    """(key under the cell, message) for each of a cell's shims that does not fit the cell's
+    ``stack`` pins."""
     problems: list[tuple[str, str]] = []
-    pins = {_normal(name): version for name, version in cell.stack.items()}
-    for shim in cell.compat.values():
+    pins = {canonicalize_name(name): version for name, version in stack.items()}
+    for shim in shims.values():
         where = f"compat.{shim.id}"
         if not SHIM_ID.fullmatch(shim.id):
             problems.append((where, "a shim id is lower-case words joined by '-'"))
         if not MODULE.fullmatch(shim.module):
             problems.append((f"{where}.module", "a dotted module name such as trl.trainer"))
-        pinned = pins.get(_normal(shim.dist))
+        pinned = pins.get(canonicalize_name(shim.dist))
         if pinned != shim.version:
             problems.append((f"{where}.version", (
                 f"the shim bridges {shim.dist} {shim.version}, the cell pins "
@@ -61,33 +61,32 @@ def compat_problems(cell: Cell) -> list[tuple[str, str]]:
     return problems
 
 
-def compat_files(cell: Cell, templates_dir: Path) -> dict[str, str]:
+def compat_files(shims: Mapping[str, Compat], *, python_tag: str,
+                 sources: Mapping[str, str]) -> dict[str, str]:
     """The build context files of a cell's shims (empty without any), under stackpin/.
 
     The .pth file goes into the venv's site-packages (the install stage copies stackpin/
-    over /opt/stackpin), so every interpreter of the image starts the hook.
+    over /opt/stackpin), so every interpreter of the image starts the hook. ``sources``:
+    the templates folder's files by path (render's Sources), compat/<id>.py among them.
     """
-    if not cell.compat:
+    if not shims:
         return {}
-    files = {"stackpin/compat/hook.py": _template(templates_dir, "hook")}
-    for shim_id in sorted(cell.compat):
-        files[f"stackpin/compat/{shim_id}.py"] = _template(templates_dir, shim_id)
-    shims = {s.id: {"defect": s.defect, "dist": s.dist, "version": s.version,
-                    "module": s.module} for s in cell.compat.values()}
-    files["stackpin/compat/shims.json"] = json.dumps(shims, indent=2, sort_keys=True) + "\n"
-    python = f"{cell.python[2]}.{cell.python[3:]}"  # cp311 -> 3.11
+    files = {"stackpin/compat/hook.py": _template(sources, "hook")}
+    for shim_id in sorted(shims):
+        files[f"stackpin/compat/{shim_id}.py"] = _template(sources, shim_id)
+    declared = {s.id: {"defect": s.defect, "dist": s.dist, "version": s.version,
+                       "module": s.module} for s in shims.values()}
+    files["stackpin/compat/shims.json"] = json.dumps(declared, indent=2, sort_keys=True) + "\n"
+    python = f"{python_tag[2]}.{python_tag[3:]}"  # cp311 -> 3.11
     site = f"stackpin/venv/lib/python{python}/site-packages/{PTH_NAME}"
     files[site] = f"import runpy; runpy.run_path('{IN_IMAGE}/hook.py')\n"
     return files
 
 
-def _template(templates_dir: Path, name: str) -> str:
-    path = templates_dir / "compat" / f"{name}.py"
-    if not path.is_file():
-        msg = f"compat shim '{name}' has no file {path}: add it, or remove the shim from the cell"
+def _template(sources: Mapping[str, str], name: str) -> str:
+    path = f"compat/{name}.py"
+    if path not in sources:
+        msg = (f"compat shim '{name}' has no file templates/{path}: add it, or remove the shim "
+               "from the cell")
         raise ConfigurationError(msg)
-    return path.read_text(encoding="utf-8")
-
-
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
+    return sources[path]

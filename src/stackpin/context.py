@@ -1,4 +1,5 @@
-"""Write rendered build files to disk and stage a build context (wheels hard-linked in)."""
+"""Read what render renders from, write rendered build files to disk and stage a build
+context (wheels hard-linked in): the disk side of rendering."""
 
 from __future__ import annotations
 
@@ -7,12 +8,22 @@ import os
 import shutil
 from pathlib import Path
 
+from stackpin import healthcheck
 from stackpin.lock import Lock
-from stackpin.render import Rendered
+from stackpin.render import Rendered, Sources
 from stackpin.tools import CONTEXT_DIR
 from stackpin.wheelhouse import locate
 
 EXECUTABLE = frozenset({"stackpin/entrypoint.sh"})
+
+
+def read_sources(templates_dir: Path) -> Sources:
+    """Every file of a templates folder by its path there, and the health check module."""
+    templates = {path.relative_to(templates_dir).as_posix(): path.read_text(encoding="utf-8")
+                 for path in sorted(templates_dir.rglob("*"))
+                 if path.is_file() and "__pycache__" not in path.parts}
+    return Sources(templates=templates,
+                   healthcheck=Path(healthcheck.__file__).read_text(encoding="utf-8"))
 
 
 def write_rendered(rendered: Rendered, folder: Path) -> None:

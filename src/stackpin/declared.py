@@ -13,9 +13,9 @@ import difflib
 import enum
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from stackpin.untrusted import shown
 
@@ -52,6 +52,19 @@ def _is_optional(tp: Any) -> tuple[bool, Any]:
     return False, tp
 
 
+@dataclass(frozen=True)
+class OneOf:
+    """``Annotated[str, OneOf(values)]``: a string whose allowed spellings come from a
+    registry, asked each time (the platforms package: a new module adds a spelling)."""
+
+    values: Callable[[], tuple[str, ...]]
+
+
+def hints(cls: Any) -> dict[str, Any]:
+    """A dataclass's field types, ``Annotated`` markers kept."""
+    return typing.get_type_hints(cls, include_extras=True)
+
+
 def _is_enum(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, enum.Enum)
 
@@ -60,6 +73,9 @@ def _choices(tp: Any) -> tuple[str, ...] | None:
     """The spellings a Literal or an Enum type allows; None for any other type."""
     if get_origin(tp) is Literal:
         return tuple(str(a) for a in get_args(tp))
+    if get_origin(tp) is Annotated:
+        marks = [m for m in tp.__metadata__ if isinstance(m, OneOf)]
+        return marks[0].values() if marks else None
     if _is_enum(tp):
         return tuple(str(m.value) for m in tp)
     return None
@@ -132,7 +148,7 @@ class Decoder:
         if not isinstance(value, dict):
             return self.fail(path, f"expected a table, found {_type_name(value)}")
         fields = {f.name: f for f in dataclasses.fields(cls)}
-        hints = typing.get_type_hints(cls)
+        types_of = hints(cls)
         dotted = f"{path}." if path else ""
         for key in sorted(set(value) - set(fields)):
             settable = [n for n, f in fields.items() if not f.metadata.get("from_key")]
@@ -143,7 +159,7 @@ class Decoder:
                 if is_required(fld):
                     self.fail(f"{dotted}{name}", "required key is missing")
                 continue
-            kwargs[name] = self.decode(hints[name], value[name], f"{dotted}{name}")
+            kwargs[name] = self.decode(types_of[name], value[name], f"{dotted}{name}")
         missing = any(is_required(f) and n not in kwargs for n, f in fields.items())
         if missing or any(v is _INVALID for v in kwargs.values()):
             return _INVALID
@@ -199,13 +215,13 @@ def schema_of(tp: Any, description: str = "") -> dict[str, Any]:
 
 
 def _dataclass_schema(cls: Any) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
+    types_of = hints(cls)
     properties: dict[str, Any] = {}
     required: list[str] = []
     for fld in dataclasses.fields(cls):
         if fld.metadata.get("from_key"):
             continue
-        prop = schema_of(hints[fld.name], fld.metadata.get("help", ""))
+        prop = schema_of(types_of[fld.name], fld.metadata.get("help", ""))
         default = _default_of(fld)
         if default is not dataclasses.MISSING and not dataclasses.is_dataclass(default):
             prop["default"] = plain(default)
@@ -226,11 +242,11 @@ def _dataclass_schema(cls: Any) -> dict[str, Any]:
 def reference_rows(cls: Any, prefix: str = "") -> list[tuple[str, str, str, str]]:
     """(key, type, default, help) for every setting, for docs/matrix.md."""
     rows: list[tuple[str, str, str, str]] = []
-    hints = typing.get_type_hints(cls)
+    types_of = hints(cls)
     for fld in dataclasses.fields(cls):
         if fld.metadata.get("from_key"):
             continue
-        tp = hints[fld.name]
+        tp = types_of[fld.name]
         _, inner = _is_optional(tp)
         key = f"{prefix}{fld.name}"
         if get_origin(inner) in (Mapping, typing.Mapping) and dataclasses.is_dataclass(

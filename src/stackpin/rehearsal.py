@@ -21,9 +21,8 @@ from pathlib import Path
 
 from stackpin.abi import parse_wheel_filename
 from stackpin.errors import BundleError, ValidationError
-from stackpin.target import LABEL_PREFIX
+from stackpin.target import LABEL_REHEARSAL
 
-LABEL_REHEARSAL = f"{LABEL_PREFIX}.rehearsal"
 MARKER = "STACKPIN_REHEARSAL"  # in a stand-in wheel's dist-info: what it stands in for
 
 

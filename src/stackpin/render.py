@@ -3,7 +3,9 @@
 The result is a mapping of relative path -> text: the Dockerfile, one hash-locked
 requirements file per install layer, the build guard, the entrypoint and the image
 description (``stackpin/image.json``) that the in-image verification reads. Wheel files
-are not part of it: the build stages them beside these files.
+are not part of it: the build stages them beside these files. Render reads nothing: the
+templates and the in-image programs come in as text (``Sources``, read at the edge by
+``stackpin.context.read_sources``).
 """
 
 from __future__ import annotations
@@ -11,13 +13,12 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jinja2
 from packaging.utils import canonicalize_name
 
-from stackpin import healthcheck, target
+from stackpin import target
 from stackpin.boundary import effective_provided
 from stackpin.compat import compat_files
 from stackpin.engine.builders import Builder
@@ -27,8 +28,6 @@ from stackpin.matrix import Cell, Variant, cell_json
 from stackpin.primitives import pretty_json, rfc3339
 from stackpin.servicespec import Service
 from stackpin.tools import Installer
-
-LABEL_PREFIX = target.LABEL_PREFIX
 
 _LAYER_TEXT: dict[Group, tuple[str, str]] = {
     "vendor": (
@@ -60,11 +59,24 @@ DOCKERFILES: dict[Builder, str] = {
 
 
 @dataclass(frozen=True, kw_only=True)
+class Sources:
+    """What render renders from, as text: every file of the templates folder by its path
+    there (Dockerfiles, fragments, guard.py, serve.py, compat shims) and the image's health
+    check (stackpin/healthcheck.py, which `stackpin serve` runs on the host too)."""
+
+    templates: Mapping[str, str]
+    healthcheck: str = ""
+
+    def text(self, name: str) -> str:
+        return self.templates[name]
+
+
+@dataclass(frozen=True, kw_only=True)
 class RenderRequest:
     cell: Cell
     variant: Variant
     lock: Lock | None
-    templates_dir: Path
+    sources: Sources
     stackpin_version: str
     builder: Builder = "classic"
     # The pinned installer (stackpin.tools): uv installs each layer; None: pip does (the
@@ -131,23 +143,23 @@ def image_labels(req: RenderRequest) -> dict[str, str]:
     cell, lock = req.cell, req.lock
     lock_digest = lock.digest if lock else "unlocked"
     labels = {
-        "org.opencontainers.image.title": f"stackpin/{cell.id}",
-        "org.opencontainers.image.description": cell.description,
-        "org.opencontainers.image.version": f"{req.variant}-{lock_digest[:12]}",
-        "org.opencontainers.image.created": rfc3339(cell.source_date_epoch),
-        "org.opencontainers.image.vendor": "stackpin",
-        "org.opencontainers.image.base.name": base_reference(cell),
+        target.OCI_TITLE: f"stackpin/{cell.id}",
+        target.OCI_DESCRIPTION: cell.description,
+        target.OCI_VERSION: f"{req.variant}-{lock_digest[:12]}",
+        target.OCI_CREATED: rfc3339(cell.source_date_epoch),
+        target.OCI_VENDOR: "stackpin",
+        target.OCI_BASE_NAME: base_reference(cell),
         target.LABEL_CELL: cell.id,
         target.LABEL_VARIANT: req.variant,
-        f"{LABEL_PREFIX}.platform": cell.platform,
-        f"{LABEL_PREFIX}.attention": attention_module(cell, req.variant),
+        target.LABEL_PLATFORM: cell.platform,
+        target.LABEL_ATTENTION: attention_module(cell, req.variant),
         target.LABEL_LOCK_DIGEST: lock_digest,
         target.LABEL_SOURCE_DATE_EPOCH: str(cell.source_date_epoch),
         target.LABEL_VERSION: req.stackpin_version,
-        f"{LABEL_PREFIX}.cell-json": cell_json(cell),
+        target.LABEL_CELL_JSON: cell_json(cell),
     }
     if cell.base.digest:
-        labels["org.opencontainers.image.base.digest"] = cell.base.digest
+        labels[target.OCI_BASE_DIGEST] = cell.base.digest
     return labels
 
 
@@ -166,6 +178,9 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
         "platform": cell.platform,
         # The DTK/ROCm/CUDA release the cell targets: verify L0.dtk_env reads it in paths.
         "platform_version": cell.platform_version,
+        # What verify/ needs to know about the platform (its backend, collective, how
+        # devices are passed), from its PlatformSpec: verify/ names no platform itself.
+        "platform_facts": cell.spec.image_facts(),
         "arch": list(cell.arch),
         "lock_digest": lock.digest if lock else "unlocked",
         "torch": torch_version(cell),
@@ -254,9 +269,9 @@ def requirements_text(group: Group, wheels: tuple[LockedWheel, ...]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _environment(templates_dir: Path) -> jinja2.Environment:
+def _environment(sources: Sources) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir)),
+        loader=jinja2.DictLoader(dict(sources.templates)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -280,25 +295,25 @@ def render(req: RenderRequest) -> Rendered:
     if variant not in cell.variants:
         msg = f"cell '{cell.id}' builds {', '.join(cell.variants)}, not '{variant}'"
         raise ConfigurationError(msg + f"; use --variant {cell.variants[0]}")
-    env = _environment(req.templates_dir)
+    env = _environment(req.sources)
     groups = layer_groups(cell, variant)
     labels = image_labels(req)
     context = template_context(req, groups, labels)
     files = {
         "Dockerfile": env.get_template(DOCKERFILES[req.builder]).render(context),
         "stackpin/entrypoint.sh": env.get_template("entrypoint.sh.j2").render(context),
-        "stackpin/guard.py": (req.templates_dir / "guard.py").read_text(encoding="utf-8"),
+        "stackpin/guard.py": req.sources.text("guard.py"),
         "stackpin/image.json": pretty_json(image_info(req)),
     }
-    files.update(compat_files(cell, req.templates_dir))
+    files.update(compat_files(cell.compat, python_tag=cell.python, sources=req.sources.templates))
     if req.builder == "buildkit":  # each step's clamp, from the tools stage (never in the image)
-        files["tools/clamp.py"] = (req.templates_dir / "clamp.py").read_text(encoding="utf-8")
+        files["tools/clamp.py"] = req.sources.text("clamp.py")
     if cell.env_script:
         files["stackpin/env.sh"] = env.get_template("env.sh.j2").render(context)
     if cell.service is not None:
-        files["stackpin/serve.py"] = (req.templates_dir / "serve.py").read_text(encoding="utf-8")
-        # One health rule for the image's HEALTHCHECK and `stackpin serve`: this module.
-        files["stackpin/healthcheck.py"] = Path(healthcheck.__file__).read_text(encoding="utf-8")
+        files["stackpin/serve.py"] = req.sources.text("serve.py")
+        # One health rule for the image's HEALTHCHECK and `stackpin serve`: that module.
+        files["stackpin/healthcheck.py"] = req.sources.healthcheck
     for group in groups:
         wheels = lock.group(group) if lock else ()
         files[f"wheels/{group}/requirements.txt"] = requirements_text(group, wheels)
@@ -337,9 +352,9 @@ def template_context(
     }
 
 
-def render_template(templates_dir: Path, name: str, context: Mapping[str, Any]) -> str:
+def render_template(sources: Sources, name: str, context: Mapping[str, Any]) -> str:
     """One template or fragment (templates/fragments/*.j2) with the render environment."""
-    return _environment(templates_dir).get_template(name).render(context)
+    return _environment(sources).get_template(name).render(context)
 
 
 def _lock_line(lock: Lock | None) -> str:

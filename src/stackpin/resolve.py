@@ -40,7 +40,8 @@ from stackpin import boundary
 from stackpin.boundary import Conflict, DistMeta, canon
 from stackpin.cache import cache_dir
 from stackpin.errors import ConfigurationError, HostEnvironmentError, ValidationError
-from stackpin.matrix import Cell, Provided, cell_problems_of
+from stackpin.matrix import Cell, Provided
+from stackpin.matrixfile import cell_problems_of
 from stackpin.piptarget import LineSink, Runner, python_version, subprocess_runner, target_platforms
 
 # Bump when the resolution logic changes what a cached result means.

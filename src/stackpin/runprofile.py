@@ -27,8 +27,9 @@ def chosen_devices(cell: Cell, devices: str | None) -> str:
     if devices is None:
         return cell.run.visible_devices
     if not visibility_variable(cell.platform):
-        msg = f"--devices {devices}: cell {cell.id} runs on cpu and has no cards to choose"
-        raise ConfigurationError(msg + "; leave --devices out")
+        msg = (f"--devices {devices}: cell {cell.id} runs on {cell.platform} and has no cards "
+               "to choose; leave --devices out")
+        raise ConfigurationError(msg)
     if not VISIBLE.fullmatch(devices):
         msg = f"--devices '{devices}' is not a card list: give indices such as 0,1"
         raise ConfigurationError(msg)

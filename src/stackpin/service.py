@@ -20,6 +20,7 @@ from stackpin.healthcheck import healthy
 from stackpin.matrix import Cell, Variant
 from stackpin.runprofile import with_run_profile
 from stackpin.servicespec import LOOPBACK, Service
+from stackpin.target import LABEL_PROFILE, LABEL_STATE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +79,7 @@ def plan(
         ports={service.container_port: host_port},
         workdir=service.state_dir,
         # The state folder names the run: one service per state folder, and tests find theirs.
-        labels={"io.stackpin.profile": variant, "io.stackpin.state": str(state_dir.resolve())},
+        labels={LABEL_PROFILE: variant, LABEL_STATE: str(state_dir.resolve())},
     ), cell, devices=devices, no_devices=no_devices)
     inside = service.bootstrap_password().removeprefix(service.state_dir).lstrip("/")
     return ServePlan(

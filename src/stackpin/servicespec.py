@@ -8,13 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from stackpin.declared import doc
-
-if TYPE_CHECKING:
-    from stackpin.matrix import Variant
-
 
 LOOPBACK = "127.0.0.1"  # the only host address a service port is ever published on
 # Every service starts offline: without these Studio runs a pip/git "self-heal" of
@@ -96,10 +91,12 @@ class Service:
         metadata=doc("The enhanced variant's endpoint (seed: 18887, tools on)."),
     )
 
-    def endpoint(self, variant: Variant) -> Endpoint:
+    # A variant by its value ("stable", "enhanced"): matrix.Variant is a str, and this module
+    # stays below the matrix that declares it.
+    def endpoint(self, variant: str) -> Endpoint:
         return self.stable if variant == "stable" else self.enhanced
 
-    def argv(self, variant: Variant) -> tuple[str, ...]:
+    def argv(self, variant: str) -> tuple[str, ...]:
         """The service command of one variant, with its port and tool switch filled in."""
         base = tuple(a.replace("{port}", str(self.container_port)) for a in self.command)
         return base + (self.tools_on if self.endpoint(variant).tools else self.tools_off)

@@ -14,28 +14,44 @@ from pathlib import Path
 
 from stackpin.errors import ConfigurationError, LockMissingError, LockStaleError
 from stackpin.lock import Lock, read_lock, stale_reason
-from stackpin.matrix import (
-    VARIANTS,
-    Cell,
-    Variant,
-    decode_matrix,
-    find_cell,
-    load_cells,
-    parse_toml,
-)
+from stackpin.matrix import VARIANTS, Cell, Variant
+from stackpin.matrixfile import decode_matrix, find_cell, load_cells, parse_toml
 
+# Every label key stackpin writes or reads, here and nowhere else (the site scripts and
+# scripts/*.sh spell some of them in bash: tests/unit/test_parity.py holds them equal).
 # Label keys an image carries; `stackpin images`, bundles and normalisation read them.
 LABEL_PREFIX = "io.stackpin"
 LABEL_CELL = f"{LABEL_PREFIX}.cell"
 LABEL_VARIANT = f"{LABEL_PREFIX}.variant"
+LABEL_PLATFORM = f"{LABEL_PREFIX}.platform"
+LABEL_ATTENTION = f"{LABEL_PREFIX}.attention"
+LABEL_CELL_JSON = f"{LABEL_PREFIX}.cell-json"
 LABEL_LOCK_DIGEST = f"{LABEL_PREFIX}.lock-digest"
 LABEL_SOURCE_DATE_EPOCH = f"{LABEL_PREFIX}.source-date-epoch"
 LABEL_VERSION = f"{LABEL_PREFIX}.version"
 LABEL_SOURCE_COMMIT = f"{LABEL_PREFIX}.source-commit"
 LABEL_BOOTSTRAP_DIGEST = f"{LABEL_PREFIX}.bootstrap-digest"
+# A vendor rehearsal image (stand-in vendor files): bundle export refuses it unless asked.
+LABEL_REHEARSAL = f"{LABEL_PREFIX}.rehearsal"
 # What the build made, so a bundle can tell the record belongs to the image.
 LABEL_DOCKERFILE_SHA256 = f"{LABEL_PREFIX}.dockerfile-sha256"
 LABEL_CONTEXT_DIGEST = f"{LABEL_PREFIX}.context-digest"
+# Containers: the profile a service runs as and its state folder (`stackpin serve`,
+# bin/start.sh), and the bundle image a site container was started from (bin/start.sh).
+LABEL_PROFILE = f"{LABEL_PREFIX}.profile"
+LABEL_STATE = f"{LABEL_PREFIX}.state"
+LABEL_BUNDLE_IMAGE = f"{LABEL_PREFIX}.bundle-image"
+# The OCI annotations (image-spec annotations.md) an image carries.
+OCI_PREFIX = "org.opencontainers.image"
+OCI_TITLE = f"{OCI_PREFIX}.title"
+OCI_DESCRIPTION = f"{OCI_PREFIX}.description"
+OCI_VERSION = f"{OCI_PREFIX}.version"
+OCI_CREATED = f"{OCI_PREFIX}.created"
+OCI_VENDOR = f"{OCI_PREFIX}.vendor"
+OCI_BASE_NAME = f"{OCI_PREFIX}.base.name"
+OCI_BASE_DIGEST = f"{OCI_PREFIX}.base.digest"
+OCI_REVISION = f"{OCI_PREFIX}.revision"
+OCI_REF_NAME = f"{OCI_PREFIX}.ref.name"
 
 
 def image_tags(cell_id: str, variant: Variant, lock_digest: str) -> tuple[str, ...]:

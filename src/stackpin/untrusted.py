@@ -20,12 +20,13 @@ import math
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from stackpin.errors import StackpinError
+# The error a refusal raises, made from its one-line message (a stackpin.errors class:
+# this module sits below errors, which quotes through ``shown``).
+ErrorOf = Callable[[str], Exception]
 
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 20
@@ -41,7 +42,7 @@ def shown(text: object, *, limit: int = MAX_SHOWN) -> str:
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
 
 
-def read_bounded(path: Path, *, limit: int, what: str, error: type[StackpinError],
+def read_bounded(path: Path, *, limit: int, what: str, error: ErrorOf,
                  follow_links: bool = True) -> bytes:
     """The bytes of the regular file ``path``, refused unless it holds at most ``limit``.
 
@@ -81,7 +82,7 @@ def _read_at_most(fd: int, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def parse_json(data: bytes, *, what: str, error: type[StackpinError]) -> Any:
+def parse_json(data: bytes, *, what: str, error: ErrorOf) -> Any:
     """``data`` as JSON under the strict rules above, or one ``error``."""
     try:
         text = data.decode("utf-8")

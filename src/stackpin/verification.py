@@ -8,16 +8,71 @@ for the reports, a time limit) and reads what it wrote.
 from __future__ import annotations
 
 import json
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from stackpin.engine import BindMount, RunRequest
+from stackpin.engine import BindMount, Engine, RunRequest, RunResult
+from stackpin.errors import HostEnvironmentError, VerificationError
 from stackpin.lock import write_text_atomic
 from stackpin.matrix import Cell
 from stackpin.primitives import pretty_json
+from stackpin.reports import read_report
 from stackpin.runprofile import with_run_profile
 from stackpin.target import Target
 
 IN_CONTAINER_REPORTS = "/stackpin-reports"
+SUITE_TIMEOUT_S = 1800
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteRun:
+    """One image's verification: where its reports are, what they say, how the run ended."""
+
+    target: Target
+    image: str
+    result: RunResult
+    report: dict[str, Any]
+
+    @property
+    def report_path(self) -> Path:
+        return self.target.report_dir / "report.json"
+
+    @property
+    def passed(self) -> bool:
+        return self.result.exit_code == 0
+
+    def summary(self) -> dict[str, Any]:
+        return {"cell": self.target.cell.id, "variant": self.target.variant,
+                "image": self.image, "report": str(self.report_path),
+                "summary": self.report["summary"]}
+
+
+def run_suite(engine: Engine, target: Target, *, levels: str, dtype: str,
+              devices: bool = True) -> SuiteRun:
+    """Run the suite in the target's built image into a fresh report folder, read the
+    report it wrote and record which image it is about (verified.json)."""
+    image = target.tags[0]
+    info = engine.image_info(image)
+    if info is None:
+        msg = (f"image {image} is not built: run 'stackpin build {target.cell.id} "
+               f"--variant {target.variant}'")
+        raise HostEnvironmentError(msg)
+    out_dir = target.report_dir
+    if out_dir.exists():
+        shutil.rmtree(out_dir)  # last run's reports must not pass for this one's
+    out_dir.mkdir(parents=True)
+    request = verify_request(target.cell, image, out_dir=out_dir.resolve(), levels=levels,
+                             dtype=dtype, devices=devices)
+    result = engine.run_to_completion(request, timeout_s=SUITE_TIMEOUT_S)
+    if not (out_dir / "report.json").exists():
+        msg = (f"the suite wrote no report in {image} (exit {result.exit_code}): "
+               f"{result.logs.strip().splitlines()[-1:] or ['no output']}")
+        raise VerificationError(msg)
+    report = read_report(out_dir / "report.json")
+    write_verified(target, info.id)
+    return SuiteRun(target=target, image=image, result=result, report=report)
 
 
 def verify_request(

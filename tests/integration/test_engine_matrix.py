@@ -38,7 +38,7 @@ from stackpin.engine import RunRequest, SaveRequest, chunk_stream
 from stackpin.engine.docker_api import DockerEngine
 from stackpin.engine.save_format import read_save
 from stackpin.lock import cell_digest
-from stackpin.matrix import load_cells
+from stackpin.matrixfile import load_cells
 from stackpin.render import DOCKERFILES
 
 pytestmark = pytest.mark.docker

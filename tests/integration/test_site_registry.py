@@ -42,7 +42,7 @@ from tests.tools import missing, need_docker_plugin, need_tool
 from stackpin.bundle.delta import chain_ids
 from stackpin.engine.docker_api import DockerEngine
 from stackpin.lock import cell_digest
-from stackpin.matrix import load_cells
+from stackpin.matrixfile import load_cells
 from stackpin.render import DOCKERFILES
 
 pytestmark = pytest.mark.docker

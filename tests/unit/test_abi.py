@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 
 from stackpin.abi import (
-    BaseReference,
     glibc_floor,
-    parse_base_reference,
     parse_wheel_filename,
     platform_fits,
     python_tag_fits,
 )
 from stackpin.errors import ValidationError
+from stackpin.platforms import BaseTag, base_tag
 
 M228 = "cp310-cp310-manylinux_2_28_x86_64"
 
@@ -22,10 +21,11 @@ def fields(filename: str) -> dict[str, object]:
 
 
 def test_json_keys_are_the_public_contract():
-    assert list(fields(f"torch-2.9.0+das.opt1.dtk2604-{M228}.whl")) == [
+    # A JSON object's keys: their set is the contract (`--json` prints them sorted).
+    assert sorted(fields(f"torch-2.9.0+das.opt1.dtk2604-{M228}.whl")) == sorted([
         "dist", "version", "local", "python_tag", "abi_tag", "platform_tag", "glibc",
         "vendor", "dtk", "torch", "cuda", "rocm", "cxx11abi", "unknown_tokens",
-    ]
+    ])
 
 
 def test_das_attention_label_with_dtk_and_compact_torch():
@@ -120,7 +120,7 @@ def test_das_release_with_git_and_abi_tokens():
 
 def test_das_torch_wheel_without_torch_token_reports_its_own_version():
     info = parse_wheel_filename(f"torch-2.9.0+das.opt1.dtk2604-{M228}.whl")
-    assert (info.version, info.local, info.dtk, info.torch, info.vendor) == (
+    assert (info.version, info.local, info.names_version("dtk"), info.torch, info.vendor) == (
         "2.9.0+das.opt1.dtk2604", "das.opt1.dtk2604", "26.04", "2.9.0", "das",
     )
 
@@ -148,7 +148,7 @@ def test_upstream_flash_attention_label_with_cxx11abi():
 def test_upstream_flash_attention_label_cxx11abi_false():
     name = "flash_attn-2.8.3+cu12torch2.7cxx11abiFALSE-cp311-cp311-linux_x86_64.whl"
     info = parse_wheel_filename(name)
-    assert (info.cuda, info.torch, info.cxx11abi) == ("12", "2.7", False)
+    assert (info.names_version("cuda"), info.torch, info.cxx11abi) == ("12", "2.7", False)
 
 
 def test_upstream_flash_attention_label_with_cuda_minor():
@@ -173,8 +173,8 @@ def test_pytorch_index_labels(label, vendor, cuda, rocm):
 
 
 def test_cpu_label_is_recorded_for_the_checks():
-    assert parse_wheel_filename(f"torch-2.13.0+cpu-{M228}.whl").cpu is True
-    assert parse_wheel_filename(f"torch-2.13.0-{M228}.whl").cpu is False
+    assert "cpu" in parse_wheel_filename(f"torch-2.13.0+cpu-{M228}.whl").builds
+    assert "cpu" not in parse_wheel_filename(f"torch-2.13.0-{M228}.whl").builds
 
 
 @pytest.mark.parametrize(
@@ -207,14 +207,14 @@ def test_torch_token_decoding(token, torch):
     ],
 )
 def test_dtk_token_decoding(token, dtk):
-    assert parse_wheel_filename(f"lmslim-0.2.1+das.{token}-{M228}.whl").dtk == dtk
+    assert parse_wheel_filename(f"lmslim-0.2.1+das.{token}-{M228}.whl").names_version("dtk") == dtk
 
 
 def test_unknown_label_tokens_are_kept_and_the_rest_still_parsed():
     info = parse_wheel_filename(f"vllm-0.11.0+das.opt1.hcu3.dtk2604.torch290.zz-{M228}.whl")
     assert info.unknown_tokens == ("hcu3", "zz")
     assert info.to_json()["unknown_tokens"] == ["hcu3", "zz"]
-    assert (info.dtk, info.torch, info.vendor) == ("26.04", "2.9.0", "das")
+    assert (info.names_version("dtk"), info.torch, info.vendor) == ("26.04", "2.9.0", "das")
 
 
 def test_a_number_that_is_no_date_is_unknown_not_a_build_date():
@@ -343,20 +343,21 @@ SOURCEFIND = "image.sourcefind.cn:5000/dcu/admin/base"
         ),
     ],
 )
-def test_parse_base_reference_reads_every_vendor_tag_form(ref, expected):
-    base = parse_base_reference(ref)
-    assert isinstance(base, BaseReference)
-    assert base.registry == "image.sourcefind.cn:5000"
+def test_base_tag_reads_every_vendor_tag_form(ref, expected):
+    base = base_tag(ref)
+    assert isinstance(base, BaseTag)
+    assert (base.platform, base.registry) == ("dtk", "image.sourcefind.cn:5000")
     assert (
-        base.stack, base.stack_version, base.os, base.dtk, base.python, base.extra, base.suffix
+        base.stack, base.stack_version, base.os, base.version, base.python, base.extra,
+        base.suffix
     ) == expected
 
 
-def test_parse_base_reference_ignores_a_digest():
+def test_base_tag_ignores_a_digest():
     ref = f"{SOURCEFIND}/pytorch:2.9.0-ubuntu22.04-dtk26.04-py3.10@sha256:" + "a" * 64
-    base = parse_base_reference(ref)
+    base = base_tag(ref)
     assert base is not None
-    assert (base.stack_version, base.dtk, base.python) == ("2.9.0", "26.04", "3.10")
+    assert (base.stack_version, base.version, base.python) == ("2.9.0", "26.04", "3.10")
 
 
 @pytest.mark.parametrize(
@@ -368,8 +369,8 @@ def test_parse_base_reference_ignores_a_digest():
         "registry.local/dcu/pytorch:2.9.0-ubuntu22.04-dtk26.04-py3.10",
     ],
 )
-def test_parse_base_reference_returns_none_outside_the_pattern(ref):
-    assert parse_base_reference(ref) is None
+def test_base_tag_returns_none_outside_the_pattern(ref):
+    assert base_tag(ref) is None
 
 
 def test_build_tag_does_not_shift_the_other_fields():

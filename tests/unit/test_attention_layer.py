@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from stackpin.context import read_sources
 from stackpin.lock import lock_from_resolution, read_lock
-from stackpin.matrix import Variant, load_cells
+from stackpin.matrix import Variant
+from stackpin.matrixfile import load_cells
 from stackpin.render import RenderRequest, declared_imports, image_info
 from stackpin.resolve import (
     Resolution,
@@ -134,8 +136,8 @@ def test_shipped_cuda_cell_puts_fa4s_closure_in_enhanced_only(cuda) -> None:
     assert {"flash-attn-4", "nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-cu13",
             "quack-kernels", "apache-tvm-ffi"} <= attention
     assert "torch" not in attention and "einops" not in attention
-    stable = image_info(RenderRequest(cell=cuda_cell, variant=Variant.STABLE, lock=lock, templates_dir=ROOT / "templates", stackpin_version="0"))
-    enhanced = image_info(RenderRequest(cell=cuda_cell, variant=Variant.ENHANCED, lock=lock, templates_dir=ROOT / "templates", stackpin_version="0"))
+    stable = image_info(RenderRequest(cell=cuda_cell, variant=Variant.STABLE, lock=lock, sources=read_sources(ROOT / "templates"), stackpin_version="0"))
+    enhanced = image_info(RenderRequest(cell=cuda_cell, variant=Variant.ENHANCED, lock=lock, sources=read_sources(ROOT / "templates"), stackpin_version="0"))
     # The stable image is checked against what it installs, not against the enhanced layer.
     assert not attention & set(stable["pins"])
     assert attention <= set(enhanced["pins"])

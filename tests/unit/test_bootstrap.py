@@ -30,7 +30,8 @@ from stackpin.bootstrap import (
 )
 from stackpin.engine import ImageInfo, SaveRequest
 from stackpin.errors import BuildError, ConfigurationError, HostEnvironmentError, ValidationError
-from stackpin.matrix import Base, Cell, load_cells
+from stackpin.matrix import Base, Cell
+from stackpin.matrixfile import load_cells
 
 PINNING = Path(__file__).resolve().parents[2] / "pinning"
 CPU_CELL = "cpu-bookworm-torch2130-py311"

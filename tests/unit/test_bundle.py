@@ -282,7 +282,9 @@ def test_dtk_run_flags_reach_the_profile_as_docker_options(shipped_cells):
     assert "PROFILE_PORT=18887\n" in conf
     stats = bundle_format.StreamStats(tar_bytes=10, bytes=5, sha256="0" * 64)
     conf = siteconf.bundle_conf([image], stats)
-    assert "BUNDLE_DEVICES=(/dev/dri /dev/kfd /dev/mkfd)\n" in conf
+    # The DTK spec's probes, then the profile's own device nodes, each once.
+    assert "BUNDLE_PROBE_TARGETS=(/dev/kfd /dev/dri /opt/hyhal /dev/mkfd)\n" in conf
+    assert "BUNDLE_PROBE_KINDS=(node node folder node)\n" in conf
     assert "BUNDLE_HOST_PATHS=(/opt/hyhal)\n" in conf
     assert "BUNDLE_SHM_SIZES=(32g)\n" in conf
     assert "BUNDLE_ARCHES=(gfx928)\n" in conf

@@ -18,6 +18,7 @@ from stackpin.build import BuildRecord, sha256_text, write_record
 from stackpin.bundle import export as exporting
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import trust
+from stackpin.context import read_sources
 from stackpin.lock import read_lock
 from stackpin.matrix import Cell
 from stackpin.render import RenderRequest, base_reference, image_tags, render
@@ -70,7 +71,7 @@ def image_config(cell: Cell, variant: str, lock_digest: str, *, env: tuple[str, 
 def cpu_dockerfile(selection: bundle_format.Selection) -> str:
     """The Dockerfile the fake CPU image was 'built' from (today's templates)."""
     return render(RenderRequest(cell=selection.cell, variant=selection.variant,
-                                lock=selection.lock, templates_dir=ROOT / "templates",
+                                lock=selection.lock, sources=read_sources(ROOT / "templates"),
                                 stackpin_version="0.1.0")).dockerfile
 
 

@@ -19,6 +19,7 @@ from test_bundle_fakes import (
     record_cpu_build,
 )
 
+from stackpin.context import read_sources
 from stackpin.errors import BundleError
 from stackpin.render import RenderRequest, render
 from stackpin.target import Layout
@@ -48,7 +49,7 @@ def test_bundled_dockerfile_is_the_one_that_built_the_image_after_a_template_cha
     guard = templates / "fragments" / "guard.j2"
     guard.write_text(guard.read_text() + "# a later template change\n")
     today = render(RenderRequest(cell=selection.cell, variant="stable", lock=selection.lock,
-                                 templates_dir=templates, stackpin_version="0.1.0")).dockerfile
+                                 sources=read_sources(templates), stackpin_version="0.1.0")).dockerfile
     assert today != built_with
     result, _ = export_cpu(tmp_path, shipped_cells, engine=engine)
     bundled = (result.out_dir / DOCKERFILE).read_bytes()

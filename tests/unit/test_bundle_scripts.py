@@ -13,13 +13,15 @@ import re
 import socket
 import stat
 import subprocess
+import types
 from pathlib import Path
 
 import pytest
 from test_bundle_fakes import ROOT, export_cpu, resign
 from tests.tools import need_tool
 
-from stackpin import signing
+from stackpin import platforms, signing
+from stackpin.bundle import siteconf
 from stackpin.primitives import sha256_file
 
 
@@ -159,7 +161,7 @@ def test_load_refuses_tampering_before_docker_is_called(site, case):
     damage, reason = TAMPERING[case]
     damage(out)
     done = _run(out, "load.sh", "--pubkey", str(public), env=env)
-    assert done.returncode != 0
+    assert done.returncode == 7  # the bundle is refused
     assert re.search(reason, done.stdout + done.stderr), done.stdout + done.stderr
     assert _calls(log) == []  # docker was never called
 
@@ -177,7 +179,7 @@ def test_without_a_trusted_key_every_script_refuses_before_docker(site, script):
     out, _public, env, log = site
     args = ["stable"] if script == "start.sh" else []
     done = _run(out, script, *args, env={k: v for k, v in env.items() if k != "STACKPIN_PUBKEY"})
-    assert done.returncode != 0
+    assert done.returncode == 7  # the bundle is refused
     assert "FAIL  no trusted key: pass --pubkey" in done.stderr
     assert not [c for c in _calls(log) if c.split()[0] in ("load", "run")]
 
@@ -188,7 +190,7 @@ def test_a_foreign_or_missing_signature_is_refused_by_every_script(site, script,
     other = signing.generate(tmp_path / "other")
     args = ["stable"] if script == "start.sh" else []
     done = _run(out, script, "--pubkey", str(other.public_path), *args, env=env)
-    assert done.returncode != 0
+    assert done.returncode == 7  # the bundle is refused
     assert "manifest.sig does not match manifest.json for the key from --pubkey" in done.stderr
     (out / "manifest.sig").unlink()
     done = _run(out, script, *args, env=env)
@@ -207,7 +209,7 @@ def test_the_opt_out_loads_an_unsigned_bundle_and_every_line_says_so(site):
     # The opt-out skips the signature only: every checksum still holds.
     _flip(out / "images.tar.zst")
     log.write_text("")
-    assert _run(out, "load.sh", env={**env, "STACKPIN_INSECURE_UNSIGNED": "1"}).returncode != 0
+    assert _run(out, "load.sh", env={**env, "STACKPIN_INSECURE_UNSIGNED": "1"}).returncode == 7
     assert _calls(log) == []
 
 
@@ -215,7 +217,7 @@ def test_the_opt_out_loads_an_unsigned_bundle_and_every_line_says_so(site):
 def test_an_opt_in_variable_that_is_not_1_is_refused_not_taken(site, name):
     out, _public, env, log = site
     done = _run(out, "load.sh", env={**env, name: "false"})
-    assert done.returncode != 0
+    assert done.returncode == 7  # the bundle is refused
     assert f"{name}='false': set it to 1 to opt in, or unset it" in done.stderr
     assert _calls(log) == []
 
@@ -227,7 +229,7 @@ def test_a_host_without_an_ed25519_verifier_refuses(site, tmp_path):
     (fake / "openssl").write_text("#!/bin/bash\necho 'LibreSSL 2.8.3'\n")
     (fake / "openssl").chmod(0o755)
     done = _run(out, "load.sh", env={**env, "PATH": f"{fake}:{env['PATH']}"})
-    assert done.returncode != 0
+    assert done.returncode == 8  # a host without the verifier
     assert "openssl >= 1.1.1 is not installed" in done.stderr
     assert _calls(log) == []
 
@@ -251,7 +253,7 @@ def test_oversized_or_odd_top_files_are_refused_before_they_are_read(site, case)
         (out / "manifest.sig").rename(out / "real.sig")
         (out / "manifest.sig").symlink_to(out / "real.sig")
     done = _run(out, "load.sh", env=env)
-    assert done.returncode != 0
+    assert done.returncode == 7  # the bundle is refused
     assert re.search(r"larger than|not a regular file|missing or not a regular", done.stderr), \
         done.stderr
     assert _calls(log) == []
@@ -260,7 +262,7 @@ def test_oversized_or_odd_top_files_are_refused_before_they_are_read(site, case)
 def test_load_fails_when_an_image_is_absent_after_the_load(site):
     out, _public, env, _log = site
     done = _run(out, "load.sh", env={**env, "SHIM_INSPECT_RC": "1"})
-    assert done.returncode != 0
+    assert done.returncode == 7  # the bundle is refused
     assert "is absent" in done.stderr
 
 
@@ -274,14 +276,39 @@ def test_preflight_passes_on_a_cpu_host_and_prints_one_line_per_check(site, tmp_
     assert any(line.startswith("PASS  disk:") for line in lines)
 
 
+def _assigned(text: str, values: dict[str, str]) -> str:
+    """A conf file with these assignments (already rendered by siteconf) put in place."""
+    lines = text.splitlines(keepends=True)
+    for name, line in values.items():
+        lines = [line if old.startswith(f"{name}=") else old for old in lines]
+        assert line in lines, name
+    return "".join(lines)
+
+
+def _bundle_conf_on(text: str, platform: str, devices: tuple[str, ...] = ()) -> str:
+    """bundle.conf as export renders it for an image of ``platform`` passing ``devices``."""
+    image = types.SimpleNamespace(platform=platform, run={"devices": list(devices)})
+    rendered = siteconf.shell_assign("BUNDLE_PLATFORMS", [platform]) + siteconf.probes_conf(
+        [image])  # type: ignore[list-item]
+    return _assigned(text, {line.split("=")[0]: line for line in rendered.splitlines(True)})
+
+
+def _profile_on(text: str, platform: str) -> str:
+    """A profile's conf as export renders it for an image of ``platform``."""
+    spec = platforms.get(platform)
+    return _assigned(text, {name: siteconf.shell_assign(name, value) for name, value in {
+        "PROFILE_PLATFORM": platform, "PROFILE_VISIBILITY_ENV": spec.visibility_env,
+        "PROFILE_ONE_PER_CARD": int(spec.one_profile_per_card),
+        "PROFILE_RELEASE_NODE": spec.release_node}.items()})
+
+
 def test_preflight_fails_on_missing_dtk_devices(site, tmp_path):
     out, _public, env, _log = site
     conf = out / "bin" / "bundle.conf"
-    text = conf.read_text().replace("BUNDLE_PLATFORMS=(cpu)", "BUNDLE_PLATFORMS=(dtk)")
-    text = text.replace("BUNDLE_DEVICES=()", "BUNDLE_DEVICES=(/dev/stackpin-test-mkfd)")
+    text = _bundle_conf_on(conf.read_text(), "dtk", ("/dev/stackpin-test-mkfd",))
     _rewrite_with_sums(out, "bin/bundle.conf", text)
     done = _run(out, "preflight.sh", env={**env, "SHIM_ROOT_DIR": str(tmp_path)})
-    assert done.returncode == 1
+    assert done.returncode == 8  # host environment
     assert "FAIL  device: /dev/stackpin-test-mkfd is missing" in done.stdout
 
 
@@ -339,7 +366,7 @@ def test_start_refuses_an_altered_profile(site):
     conf = out / "bin" / "profiles" / "stable.conf"
     conf.write_text(conf.read_text() + "PROFILE_RUN_ARGS=(--privileged)\n")
     done = _run(out, "start.sh", "stable", env=env)
-    assert done.returncode != 0
+    assert done.returncode == 7  # the bundle is refused
     assert "checksum" in done.stderr
     assert not any(call.startswith("run ") for call in _calls(log))
 
@@ -357,7 +384,7 @@ def test_host_access_in_a_signed_profile_needs_the_sites_consent(site, flag):
     _rewrite_with_sums(out, rel, (out / rel).read_text() + f"PROFILE_RUN_ARGS=({flag})\n")
     for script, args in (("start.sh", ["stable"]), ("verify.sh", [])):
         done = _run(out, script, *args, env=env)
-        assert done.returncode != 0
+        assert done.returncode == 7  # the bundle is refused
         assert "asks for host access" in done.stderr, done.stderr
         assert not any(call.startswith("run ") for call in _calls(log))
     done = _run(out, "verify.sh", "--allow-host-access", env=env)
@@ -372,7 +399,7 @@ def test_an_option_stackpin_never_writes_is_refused_even_with_consent(site, flag
     rel = "bin/profiles/stable.conf"
     _rewrite_with_sums(out, rel, (out / rel).read_text() + f"PROFILE_RUN_ARGS=({flag})\n")
     done = _run(out, "start.sh", "--allow-host-access", "stable", env=env)
-    assert done.returncode != 0
+    assert done.returncode == 7  # the bundle is refused
     assert "is not a run option stackpin writes" in done.stderr
     assert not any(call.startswith("run ") for call in _calls(log))
 
@@ -393,7 +420,7 @@ def test_a_file_name_with_control_characters_cannot_forge_a_line(site):
     out, _public, env, _log = site
     (out / "sbom" / "x\nPASS  load: fine").write_text("{}")
     done = _run(out, "load.sh", env=env)
-    assert done.returncode != 0
+    assert done.returncode == 7  # the bundle is refused
     assert "\nPASS  load: fine" not in done.stdout + done.stderr
     assert "is not in the manifest" in done.stderr
 
@@ -492,8 +519,7 @@ def test_start_keep_leaves_a_failed_container_for_debugging(site):
 def test_start_on_a_card_refuses_a_second_profile_unless_forced(site):
     out, _public, env, log = site
     conf = out / "bin" / "profiles" / "stable.conf"
-    _rewrite_with_sums(out, "bin/profiles/stable.conf",
-                       conf.read_text().replace("PROFILE_PLATFORM=cpu", "PROFILE_PLATFORM=dtk"))
+    _rewrite_with_sums(out, "bin/profiles/stable.conf", _profile_on(conf.read_text(), "dtk"))
     busy = {**env, "SHIM_PS": "enhanced\n", "STACKPIN_PORT": str(_free_port())}
     done = _run(out, "start.sh", "stable", env=busy)
     assert done.returncode == 8
@@ -529,8 +555,7 @@ def _dcu_stop_site(site, tmp_path):  # type: ignore[no-untyped-def]
     (shim / "fuser").write_text(FUSER)
     (shim / "fuser").chmod(0o755)
     conf = out / "bin" / "profiles" / "stable.conf"
-    _rewrite_with_sums(out, "bin/profiles/stable.conf",
-                       conf.read_text().replace("PROFILE_PLATFORM=cpu", "PROFILE_PLATFORM=dtk"))
+    _rewrite_with_sums(out, "bin/profiles/stable.conf", _profile_on(conf.read_text(), "dtk"))
     kfd = tmp_path / "kfd"  # stands in for /dev/kfd, which this host lacks
     kfd.touch()
     return out, {**env, "SHIM_COUNT": str(tmp_path / "count"), "SHIM_GONE": str(tmp_path / "gone"),
@@ -618,7 +643,7 @@ def test_verify_and_start_run_the_image_by_the_name_its_store_knows(site, store)
         assert f" {other} " not in f"{run} "  # (the bundle-image label may still name it)
 
 
-@pytest.mark.parametrize(("script", "args", "code"), [("verify.sh", (), 1),
+@pytest.mark.parametrize(("script", "args", "code"), [("verify.sh", (), 8),
                                                       ("start.sh", ("stable",), 8)])
 def test_an_image_no_store_knows_is_not_loaded(site, script, args, code):
     out, _public, env, log = site

@@ -29,10 +29,10 @@ from stackpin.build import sha256_text
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import source
 from stackpin.bundle import verify as verifying
-from stackpin.cli.build_cmd import source_commit
 from stackpin.errors import BundleError, HostEnvironmentError
 from stackpin.lock import LockedWheel
 from stackpin.render import base_reference
+from stackpin.session import source_commit
 from stackpin.target import LABEL_DOCKERFILE_SHA256
 
 COMMIT = "ab" * 20

@@ -10,7 +10,8 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 from stackpin.checks import Violation, check_cell, check_cells, excludes_numpy2
-from stackpin.matrix import Cell, PinnedWheel, decode_matrix, load_cells, pinned_wheels
+from stackpin.matrix import Cell, PinnedWheel, pinned_wheels
+from stackpin.matrixfile import decode_matrix, load_cells
 
 if sys.version_info >= (3, 11):
     import tomllib

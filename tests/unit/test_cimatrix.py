@@ -269,7 +269,7 @@ def test_bake_file_structure(shipped_cells):
 
 def test_bake_adds_the_lock_digest_tag_and_label():
     digest = "28853bc08e5ebadfc498f439aaf1c95978fda304b3ae241617280797a34732b5"
-    from stackpin.matrix import load_cells
+    from stackpin.matrixfile import load_cells
 
     cells = load_cells(sorted((ROOT / "pinning").glob("*.toml")))
     result = _plan(cells, globs=(CPU_CELL,))

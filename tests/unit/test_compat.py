@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from stackpin.compat import compat_files, compat_problems
+from stackpin.context import read_sources
 from stackpin.errors import ConfigurationError
 from stackpin.matrix import Cell, cell_to_dict
 
@@ -58,7 +59,7 @@ print("applied", sorted(stackpin_compat.applied))
 @pytest.fixture
 def image(tmp_path: Path, shipped_cells: dict[str, Cell]) -> Path:
     """The CPU cell's shim files laid out as in /opt/stackpin, and the upstream stand-ins."""
-    for rel, text in compat_files(shipped_cells[CPU_CELL], TEMPLATES).items():
+    for rel, text in _files(shipped_cells[CPU_CELL], TEMPLATES).items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     for rel, text in (("trl/__init__.py", ""), ("trl/trainer/__init__.py", ""),
@@ -112,17 +113,17 @@ def test_the_sftconfig_bridge_refuses_two_different_lengths(image):
 
 
 def test_the_pth_file_starts_the_hook_from_the_venv(shipped_cells):
-    files = compat_files(shipped_cells[CPU_CELL], TEMPLATES)
+    files = _files(shipped_cells[CPU_CELL], TEMPLATES)
     pth = files["stackpin/venv/lib/python3.11/site-packages/stackpin-compat.pth"]
     assert pth == "import runpy; runpy.run_path('/opt/stackpin/compat/hook.py')\n"
-    assert compat_files(replace(shipped_cells[CPU_CELL], compat={}), TEMPLATES) == {}
+    assert _files(replace(shipped_cells[CPU_CELL], compat={}), TEMPLATES) == {}
 
 
 def test_a_shim_tied_to_another_version_than_the_pin_is_a_problem(shipped_cells):
     cell = shipped_cells[CPU_CELL]
-    assert compat_problems(cell) == []
+    assert compat_problems(cell.compat, cell.stack) == []
     bumped = replace(cell, stack={**cell.stack, "trl": "0.24.0"})
-    (problem,) = compat_problems(bumped)
+    (problem,) = compat_problems(bumped.compat, bumped.stack)
     assert problem[0] == "compat.trl-sftconfig-max-seq-length.version"
     assert "check whether the defect is still there" in problem[1]
 
@@ -131,10 +132,15 @@ def test_a_shim_without_its_file_is_refused_at_render(shipped_cells, tmp_path):
     (tmp_path / "compat").mkdir()
     (tmp_path / "compat" / "hook.py").write_text("")
     with pytest.raises(ConfigurationError, match="has no file"):
-        compat_files(shipped_cells[CPU_CELL], tmp_path)
+        _files(shipped_cells[CPU_CELL], tmp_path)
 
 
 def test_cells_without_shims_keep_the_form_their_locks_were_digested_from(shipped_cells):
     assert "compat" not in cell_to_dict(shipped_cells["dtk2404-torch210-py310"])
     assert set(cell_to_dict(shipped_cells[CPU_CELL])["compat"]) == {
         "trl-sftconfig-max-seq-length", "unsloth-zoo-cpu-on-model-resolved"}
+
+
+def _files(cell, templates):  # type: ignore[no-untyped-def]
+    return compat_files(cell.compat, python_tag=cell.python,
+                        sources=read_sources(templates).templates)

@@ -15,6 +15,7 @@ import pytest
 from tests.synthetic import synthetic_cells, synthetic_lock
 from tests.tools import need_tool
 
+from stackpin.context import read_sources
 from stackpin.render import RenderRequest, render, render_template
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,7 @@ def image(tmp_path: Path) -> dict[str, Path]:
     files = {}
     for name in ("env.sh", "entrypoint.sh"):
         files[name] = tmp_path / name
-        files[name].write_text(render_template(TEMPLATES, f"{name}.j2", {"cell": cell}))
+        files[name].write_text(render_template(read_sources(TEMPLATES), f"{name}.j2", {"cell": cell}))
     return {**files, "script": script}
 
 
@@ -80,7 +81,7 @@ def test_only_a_cell_with_an_env_script_gets_the_shell_hooks():
 
     def rendered(cell):  # type: ignore[no-untyped-def]
         return render(RenderRequest(cell=cell, variant="stable", lock=synthetic_lock(cell),
-                                    templates_dir=TEMPLATES, stackpin_version="0"))
+                                    sources=read_sources(TEMPLATES), stackpin_version="0"))
 
     with_script = rendered(dtk)
     assert "stackpin/env.sh" in with_script.files

@@ -21,11 +21,10 @@ from test_matrix import MINIMAL
 from tests.conftest import pin_fake_installer
 from tests.fake_engine import FakeEngine
 
-from stackpin.cli import build_cmd
+from stackpin.cli import common
 from stackpin.cli.main import cli
-from stackpin.engine.builders import BuilderChoice
 from stackpin.lock import lock_from_resolution
-from stackpin.matrix import decode_matrix
+from stackpin.matrixfile import decode_matrix
 from stackpin.resolve import Pip, Resolution, Resolved, resolution_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,11 +77,8 @@ def _build_fails(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     locked_project(tmp_path)
     monkeypatch.chdir(tmp_path)
     engine = FakeEngine(fail_builds=True)  # the daemon's build fails at a step
-    monkeypatch.setattr(build_cmd.DockerEngine, "connect",
-                        classmethod(lambda _cls: contextlib.nullcontext(engine)))
-    monkeypatch.setattr(build_cmd, "builder_for", lambda _engine, _requested: BuilderChoice(
-        builder="classic", native_timestamps=False, reason="the fake engine's"))
-    return ["build", "c1", "--no-normalize"]
+    monkeypatch.setattr(common.ENGINE, "factory", lambda: contextlib.nullcontext(engine))
+    return ["build", "c1", "--no-normalize", "--builder", "classic"]
 
 
 def _interrupted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:

@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.unit.test_matrix import MINIMAL
 
-from stackpin import reports
+from stackpin import comparison, reports
 from stackpin.abi import parse_wheel_filename
 from stackpin.bundle import trust
 from stackpin.bundle import verify as verifying
 from stackpin.checks import check_cells
 from stackpin.errors import StackpinError
 from stackpin.lock import parse_lock, wheel_name_version
-from stackpin.matrix import decode_matrix_lenient
+from stackpin.matrixfile import decode_matrix_lenient
 from stackpin.untrusted import parse_json
 from stackpin.wheelhouse import locked_requirements, vendor_files_needed, verify_wheelhouse
 
@@ -166,8 +166,8 @@ def test_report_shapes_through_grid_and_diff(before, after):
     old = _accepts_or_refuses(reports.load_report, "a.json", json.dumps(before))
     new = _accepts_or_refuses(reports.load_report, "b.json", json.dumps(after))
     if old is not None and new is not None:
-        changes = reports.diff_reports(old, new)
-        assert all(isinstance(change, reports.Difference) for change in changes)
+        changes = comparison.diff_reports(old, new)
+        assert all(isinstance(change, comparison.Difference) for change in changes)
 
 
 @FUZZ
@@ -175,7 +175,7 @@ def test_report_shapes_through_grid_and_diff(before, after):
                    "rows": [{"id": "c1/stable", "checks": {"L1.x": {"status": "pass"}},
                              "numbers": {"gemm": 1.0}}]}))
 def test_baseline_grid_shapes(document):
-    _accepts_or_refuses(reports.parse_baseline, "grid.json", json.dumps(document))
+    _accepts_or_refuses(comparison.parse_baseline, "grid.json", json.dumps(document))
 
 
 # --- matrices ---------------------------------------------------------------------------
@@ -210,7 +210,7 @@ def test_matrix_shapes_with_numbers_past_every_bound(document):
 @FUZZ
 @given(st.binary(max_size=1500))
 def test_matrix_files(tmp_path_factory, data):
-    from stackpin.matrix import parse_toml
+    from stackpin.matrixfile import parse_toml
 
     path = tmp_path_factory.mktemp("m") / "m.toml"
     path.write_bytes(data)
@@ -362,6 +362,6 @@ def test_diff_of_a_report_whose_metrics_or_reason_are_null_does_not_crash():
     new = json.loads(json.dumps(REPORT))
     new["checks"][0]["metrics"] = None
     new["checks"][0]["status"], new["checks"][0]["reason"] = "skip", None
-    changes = reports.diff_reports(reports.load_report("a.json", json.dumps(old)),
+    changes = comparison.diff_reports(reports.load_report("a.json", json.dumps(old)),
                                    reports.load_report("b.json", json.dumps(new)))
     assert [c.kind for c in changes] == ["status"]

@@ -18,8 +18,8 @@ from tests.golden_files import assert_golden
 from tests.synthetic import synthetic_cells
 from tests.tools import need_tool
 
+from stackpin import comparison, reports
 from stackpin import grid as gridlib
-from stackpin import reports
 from stackpin.cli.main import cli
 from stackpin.errors import VerificationError
 
@@ -253,12 +253,12 @@ def test_unchanged_reports_against_their_own_grid_pass(tmp_path):
 
 def test_vanished_checks_and_rows_are_regressions(shipped_cells):
     old_grid = _grid(shipped_cells, (CPU, K100))
-    baseline = reports.parse_baseline("old/grid.json", gridlib.render_json(old_grid))
+    baseline = comparison.parse_baseline("old/grid.json", gridlib.render_json(old_grid))
     data = json.loads((FIXTURES / K100).read_text())
     data["checks"] = [c for c in data["checks"] if c["name"] != "L6.golden"]
     row = reports.parse_report("k100.json", json.dumps(data))
     # The CPU image has no report this time: its row is not run, every check vanished.
-    new = reports.compare(reports.build_grid([row], shipped_cells), baseline,
+    new = comparison.compare(reports.build_grid([row], shipped_cells), baseline,
                           source="old", threshold=0.1)
     worse = {(c.row, c.name): c for c in new.regressions}
     assert worse[(f"{K100_CELL}/enhanced", "L6.golden")].detail == "pass -> missing"
@@ -270,9 +270,9 @@ def test_vanished_checks_and_rows_are_regressions(shipped_cells):
 
 
 def test_improvements_are_marked_but_do_not_fail(shipped_cells):
-    old = reports.parse_baseline("old", gridlib.render_json(_grid(shipped_cells, (K100,))))
+    old = comparison.parse_baseline("old", gridlib.render_json(_grid(shipped_cells, (K100,))))
     old[f"{K100_CELL}/enhanced"]["numbers"]["flash_vs_sdpa_math"] = 10.0
-    new = reports.compare(_grid(shipped_cells, (K100,)), old, source="old", threshold=0.1)
+    new = comparison.compare(_grid(shipped_cells, (K100,)), old, source="old", threshold=0.1)
     change = next(c for c in new.changes if c.name == "flash_vs_sdpa_math")
     assert not change.worse and change.detail.startswith("10 -> 23.14 (+131.4%")
     assert new.regressions == ()

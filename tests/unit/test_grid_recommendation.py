@@ -15,8 +15,8 @@ from tests.conftest import ROOT
 from tests.golden_files import assert_golden
 from tests.synthetic import synthetic_cells
 
+from stackpin import comparison, reports
 from stackpin import grid as gridlib
-from stackpin import reports
 from stackpin.cli.main import cli
 from stackpin.errors import VerificationError
 
@@ -102,8 +102,8 @@ def test_a_rising_ratio_against_the_baseline_is_a_regression():
     old = _data()
     old["recommendation"]["enhanced_over_stable"] = 0.88
     baseline_grid = reports.build_grid([reports.parse_report("old.json", json.dumps(old))], {})
-    baseline = reports.parse_baseline("old/grid.json", gridlib.render_json(baseline_grid))
-    grid = reports.compare(_grid(H200), baseline, source="old", threshold=0.1)
+    baseline = comparison.parse_baseline("old/grid.json", gridlib.render_json(baseline_grid))
+    grid = comparison.compare(_grid(H200), baseline, source="old", threshold=0.1)
     (change,) = [c for c in grid.changes if c.name == "enhanced_over_stable"]
     assert change.worse
     assert change.detail.startswith("0.88 -> 1.13 (+28.4%")

@@ -2,21 +2,45 @@
 
 from __future__ import annotations
 
+import ast
+import atexit
+import functools
 import importlib.util
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+import verify_helpers  # noqa: F401 - puts verify/ on sys.path
+from hypothesis import given
+from hypothesis import strategies as st
+from packaging.utils import canonicalize_name
 from tests.conftest import ROOT
 
+from stackpin_verify import boundary
+
 GUARD = ROOT / "templates" / "guard.py"
+# In the image the guard imports boundary.py from beside itself (the Dockerfile copies it
+# there); here it gets the same file, verify's module.
+sys.modules.setdefault("boundary", boundary)
 spec = importlib.util.spec_from_file_location("stackpin_guard", GUARD)
 assert spec is not None and spec.loader is not None
 guard = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(guard)
 
 RUNNING = f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+
+@functools.cache
+def staged_guard() -> Path:
+    """guard.py with boundary.py beside it, as the Dockerfile stages them in /opt/stackpin."""
+    folder = Path(tempfile.mkdtemp(prefix="stackpin-guard-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    shutil.copy(GUARD, folder / "guard.py")
+    shutil.copy(boundary.__file__, folder / "boundary.py")
+    return folder / "guard.py"
 
 
 @pytest.mark.parametrize(
@@ -64,7 +88,7 @@ def test_numpy_outside_constraint_and_wrong_python_are_named():
 
 def test_guard_script_exits_1_with_one_line_per_problem():
     result = subprocess.run(
-        [sys.executable, str(GUARD), "--python", RUNNING, "--torch", "0.0.1+other", "--numpy", "<3"],
+        [sys.executable, str(staged_guard()), "--python", RUNNING, "--torch", "0.0.1+other", "--numpy", "<3"],
         capture_output=True, text=True, check=False,
     )
     assert result.returncode == 1
@@ -80,7 +104,7 @@ def test_compile_skips_newer_syntax_and_writes_unchecked_pycs(tmp_path: Path):
     (tmp_path / "ok.py").write_text("X = 1\n")
     (tmp_path / "future.py").write_text("def f[T](a): pass\n" if sys.version_info < (3, 12) else "def f(:\n")
     result = subprocess.run(
-        [sys.executable, str(GUARD), "--python", RUNNING, "--torch", torch.__version__,
+        [sys.executable, str(staged_guard()), "--python", RUNNING, "--torch", torch.__version__,
          "--numpy", f"=={numpy.__version__}", "--compile", str(tmp_path)],
         capture_output=True, text=True, check=False,
     )
@@ -107,7 +131,7 @@ def test_boundary_names_an_excluded_distribution_with_its_reason():
     installed = {"torch": "2.9.0+das.opt1.dtk2604", "triton": "3.5.0+das.opt1.dtk2604",
                  "bitsandbytes": "0.47.0"}
     assert guard.boundary_problems(IMAGE, installed) == [
-        "bitsandbytes 0.47.0 is installed but excluded on this cell (no native build)"]
+        "bitsandbytes 0.47.0 is installed but excluded here (no native build)"]
 
 
 def test_boundary_catches_an_index_triton_that_replaced_the_vendors():
@@ -118,7 +142,7 @@ def test_boundary_catches_an_index_triton_that_replaced_the_vendors():
 
 def test_boundary_catches_a_missing_vendor_distribution():
     (problem,) = guard.boundary_problems(IMAGE, {"torch": "2.9.0+das.opt1.dtk2604"})
-    assert problem.startswith("triton is not installed")
+    assert problem.startswith("triton is missing; the vendor's 3.5.0+das.opt1.dtk2604")
 
 
 def test_guard_cli_reads_the_boundary_from_image_json(tmp_path: Path):
@@ -127,12 +151,12 @@ def test_guard_cli_reads_the_boundary_from_image_json(tmp_path: Path):
     torch = guard.metadata.version("torch")
     numpy = guard.metadata.version("numpy")
     result = subprocess.run(
-        [sys.executable, str(GUARD), "--python", RUNNING, "--torch", torch,
+        [sys.executable, str(staged_guard()), "--python", RUNNING, "--torch", torch,
          "--numpy", f"=={numpy}", "--boundary", str(image)],
         capture_output=True, text=True, check=False,
     )
     assert result.returncode == 1
-    assert "pytest" in result.stderr and "excluded on this cell (test: excluded here)" in result.stderr
+    assert "pytest" in result.stderr and "is installed but excluded here (test: excluded here)" in result.stderr
 
 
 PIP_CHECK = """unsloth 2026.10.9 requires torchvision, which is not installed.
@@ -179,3 +203,33 @@ def test_the_guard_runs_real_pip_check_and_drops_only_the_named_edge(tmp_path: P
     assert line in guard.pip_check_problems(guard.run_pip_check(), set())
     image = {"dropped": [{"of": "needy", "requirement": "absent_thing", "reason": "r"}]}
     assert line not in guard.pip_check_problems(guard.run_pip_check(), guard.dropped_edges(image))
+
+
+# --- one name rule: PEP 503's, written out in boundary.py (an image need not hold packaging)
+
+
+@pytest.mark.parametrize("name", ["Foo__Bar.baz", "a__b", "A.B-_c", "torch", "flash_attn",
+                                  "----", "", "Unsloth_Zoo", "x..y--z__w"])
+def test_the_name_rule_is_packagings(name):
+    assert boundary.canonical_name(name) == canonicalize_name(name)
+
+
+@given(st.text(alphabet="AbZz09-_.", max_size=24))
+def test_the_name_rule_is_packagings_for_any_name(name):
+    assert boundary.canonical_name(name) == canonicalize_name(name)
+
+
+def test_the_boundary_module_needs_nothing_but_the_standard_library():
+    tree = ast.parse(Path(boundary.__file__).read_text(encoding="utf-8"))
+    imported = {alias.name.split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {(node.module or "").split(".")[0] for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and not node.level}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}
+
+
+def test_the_guard_and_l0_judge_a_swapped_build_with_the_same_words():
+    installed = {"torch": "2.9.0+das.opt1.dtk2604", "triton": "3.5.0", "bitsandbytes": "0.47.0"}
+    from_guard = guard.boundary_problems(IMAGE, installed)
+    from_l0 = boundary.judge_boundary(IMAGE["provided"], IMAGE["excluded"], installed.get)
+    assert from_l0 == "; ".join(from_guard) and len(from_guard) == 2

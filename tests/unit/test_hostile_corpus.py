@@ -176,7 +176,7 @@ def test_resolve_cell_refuses_a_malformed_cell_before_pip(text):
     import tomllib
 
     from stackpin.errors import ConfigurationError
-    from stackpin.matrix import decode_matrix_lenient
+    from stackpin.matrixfile import decode_matrix_lenient
     from stackpin.resolve import resolve_cell
 
     # matrix check decodes leniently: the cell exists although its file has a problem.
@@ -214,7 +214,7 @@ def test_a_hostile_lock_is_refused_before_the_wheelhouse_is_read(hostile_project
     import tomllib
 
     from stackpin.lock import cell_digest
-    from stackpin.matrix import decode_matrix
+    from stackpin.matrixfile import decode_matrix
 
     pinned = _with_line('source = "index"', f'source = "index"\nsha256 = "{"cd" * 32}"')
     (hostile_project / "pinning" / "m.toml").write_text(pinned, encoding="utf-8")

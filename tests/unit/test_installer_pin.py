@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import ROOT
 
 from stackpin import tools
+from stackpin.context import read_sources
 from stackpin.errors import ConfigurationError, HostEnvironmentError, ValidationError
 from stackpin.tools import Installer, fetch_installer, load_installer, require_installer
 
@@ -131,7 +132,7 @@ def test_the_dockerfile_checks_the_wheel_then_unpacks_its_binary_executable(tmp_
         archive.writestr(pinned.binary, f"#!/bin/sh\necho uv {pinned.version}\n")
     installer = Installer(version=pinned.version, wheel=pinned.wheel, binary=pinned.binary,
                           sha256=hashlib.sha256(wheel.read_bytes()).hexdigest())
-    command = render_template(ROOT / "templates", "fragments/installer-unpack.j2",
+    command = render_template(read_sources(ROOT / "templates"), "fragments/installer-unpack.j2",
                               {"installer": installer, "uv_dir": str(tmp_path / "uv")})
     command = command.replace("/tmp/tools", str(tools_dir))
 

@@ -16,8 +16,9 @@ import dataclasses
 
 from tests.conftest import ROOT
 
+from stackpin.context import read_sources
 from stackpin.lock import Lock, read_lock
-from stackpin.matrix import load_cells
+from stackpin.matrixfile import load_cells
 from stackpin.render import RenderRequest, render
 
 CPU_CELL = "cpu-bookworm-torch2130-py311"
@@ -45,7 +46,7 @@ def test_one_stack_pin_changes_nothing_below_the_stack_layer():
     lock = read_lock(ROOT, CPU_CELL)
     assert lock is not None
     renders = [render(RenderRequest(cell=cell, variant="stable", lock=each,
-                                    templates_dir=ROOT / "templates", stackpin_version="0",
+                                    sources=read_sources(ROOT / "templates"), stackpin_version="0",
                                     builder="buildkit"))
                for each in (lock, _changed_stack_pin(lock))]
     old, new = (r.files for r in renders)

@@ -12,7 +12,7 @@ import tomllib
 
 from stackpin.errors import HostEnvironmentError, ValidationError
 from stackpin.lock import lock_from_resolution, parse_lock, stale_reason
-from stackpin.matrix import decode_matrix
+from stackpin.matrixfile import decode_matrix
 from stackpin.resolve import Resolution, Resolved
 from stackpin.wheelhouse import (
     fetch,

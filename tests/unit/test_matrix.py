@@ -10,16 +10,8 @@ import pytest
 import tomllib
 
 from stackpin.errors import ConfigurationError
-from stackpin.matrix import (
-    Variant,
-    cell_json,
-    decode_matrix,
-    decode_matrix_lenient,
-    find_cell,
-    json_schema,
-    load_cells,
-    reference_rows,
-)
+from stackpin.matrix import Variant, cell_json, json_schema, reference_rows
+from stackpin.matrixfile import decode_matrix, decode_matrix_lenient, find_cell, load_cells
 
 MINIMAL = """
 schema_version = 1

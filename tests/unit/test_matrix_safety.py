@@ -16,8 +16,8 @@ from test_matrix import MINIMAL, problems_of
 from stackpin.checks import check_cell
 from stackpin.cli.main import cli
 from stackpin.errors import BundleError, ConfigurationError
-from stackpin.matrix import decode_matrix, load_cells, parse_toml
 from stackpin.matrix_safety import SENSITIVE_HOST_PATHS, sensitive_host_path
+from stackpin.matrixfile import decode_matrix, load_cells, parse_toml
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCH = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"

@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import CPU_CELL
 
 from stackpin import __version__
+from stackpin.context import read_sources
 from stackpin.errors import ValidationError
 from stackpin.lock import Lock, read_lock
 from stackpin.matrix import Cell
@@ -39,7 +40,7 @@ def lock(root: Path) -> Lock:
 @pytest.fixture
 def dockerfile(root: Path, shipped_cells: dict[str, Cell], lock: Lock) -> str:
     return render(RenderRequest(cell=shipped_cells[CPU_CELL], variant="stable", lock=lock,
-                                templates_dir=root / "templates",
+                                sources=read_sources(root / "templates"),
                                 stackpin_version=__version__)).dockerfile
 
 

@@ -18,8 +18,10 @@ from tests.conftest import ROOT
 from tests.golden_files import assert_golden
 from tests.synthetic import synthetic_cells, synthetic_lock
 
+from stackpin.context import read_sources
 from stackpin.errors import ConfigurationError
-from stackpin.matrix import Cell, load_cells
+from stackpin.matrix import Cell
+from stackpin.matrixfile import load_cells
 from stackpin.render import (
     RenderRequest,
     base_reference,
@@ -43,7 +45,7 @@ def _render(cell: Cell, variant: str, *, with_lock: bool = True, builder: str = 
             cell=cell,
             variant=variant,  # type: ignore[arg-type]
             lock=synthetic_lock(cell) if with_lock else None,
-            templates_dir=TEMPLATES,
+            sources=read_sources(TEMPLATES),
             stackpin_version="0.1.0",
             builder=builder,  # type: ignore[arg-type]
             installer=INSTALLER,
@@ -130,7 +132,7 @@ def _shipped() -> list[tuple[Cell, str]]:
 def test_every_shipped_cell_renders_its_own_pins(cell: Cell, variant: str):
     # No golden: what must hold for any pins, checked against the cell's own values.
     rendered = render(RenderRequest(cell=cell, variant=variant,  # type: ignore[arg-type]
-                                    lock=None, templates_dir=TEMPLATES, stackpin_version="0"))
+                                    lock=None, sources=read_sources(TEMPLATES), stackpin_version="0"))
     text = rendered.dockerfile
     assert text.count(f"FROM {base_reference(cell)}") == 2
     assert f"--python {cell.python} " in text
@@ -143,7 +145,7 @@ def test_every_shipped_cell_renders_its_own_pins(cell: Cell, variant: str):
 
 
 def _fragment(name: str, **context: object) -> str:
-    return render_template(TEMPLATES, f"fragments/{name}.j2", context)
+    return render_template(read_sources(TEMPLATES), f"fragments/{name}.j2", context)
 
 
 def test_fragment_build_env():
@@ -214,6 +216,8 @@ def test_fragment_guard_quotes_versions_for_the_shell():
         "# Guard: the build fails here, not at the site, when pip installed anything but the pins\n"
         "# (pip check inside, less the requirements the cell drops by name in the matrix).\n"
         "COPY stackpin/ /opt/stackpin/\n"
+        "# The vendor boundary by verify's own rule (L0.boundary's): one file, beside the guard.\n"
+        "COPY verify/stackpin_verify/boundary.py /opt/stackpin/boundary.py\n"
         "RUN /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \\\n"
         "        --python cp399 --torch '1.0+x y' --numpy '<2' \\\n"
         "        --boundary /opt/stackpin/image.json \\\n"
@@ -340,7 +344,7 @@ def test_base_reference_pins_digest_and_bootstrap_tag(shipped_cells):
 
 def image_labels_of(cell):
     return image_labels(
-        RenderRequest(cell=cell, variant="stable", lock=None, templates_dir=TEMPLATES,
+        RenderRequest(cell=cell, variant="stable", lock=None, sources=read_sources(TEMPLATES),
                       stackpin_version="0.1.0")
     )
 

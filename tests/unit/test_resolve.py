@@ -18,7 +18,8 @@ import pytest
 from stackpin.boundary import Conflict
 from stackpin.errors import HostEnvironmentError, ValidationError
 from stackpin.lock import lock_from_resolution
-from stackpin.matrix import Cell, load_matrix
+from stackpin.matrix import Cell
+from stackpin.matrixfile import load_matrix
 from stackpin.resolve import (
     Pip,
     ResolutionFailed,

@@ -16,8 +16,9 @@ import tomllib
 from tests.conftest import CPU_CELL, ROOT
 from tests.unit.test_matrix import MINIMAL
 
+from stackpin.context import read_sources
 from stackpin.lock import read_lock
-from stackpin.matrix import decode_matrix, decode_matrix_lenient
+from stackpin.matrixfile import decode_matrix, decode_matrix_lenient
 from stackpin.render import RenderRequest, render
 from stackpin.servicespec import SERVICE_ENV
 
@@ -81,7 +82,7 @@ def test_service_rules(extra: str, expected: str):
 
 def _render(cell, variant="stable"):
     return render(RenderRequest(
-        cell=cell, variant=variant, lock=None, templates_dir=ROOT / "templates",
+        cell=cell, variant=variant, lock=None, sources=read_sources(ROOT / "templates"),
         stackpin_version="0.1.0",
     ))
 
@@ -122,7 +123,7 @@ def test_the_cpu_cell_serves_studio_on_the_seed_port(shipped_cells):
     assert cell.service.environment()["UNSLOTH_DISABLE_CPU_FALLBACK"] == "0"
     rendered = render(RenderRequest(
         cell=cell, variant="stable", lock=read_lock(ROOT, CPU_CELL),
-        templates_dir=ROOT / "templates", stackpin_version="0.1.0",
+        sources=read_sources(ROOT / "templates"), stackpin_version="0.1.0",
     ))
     assert json.loads(rendered.files["stackpin/image.json"])["service"]["host_port"] == 18888
 
@@ -236,10 +237,10 @@ class _FakeEngine:
 def _serve(monkeypatch, tmp_path, engine: _FakeEngine, *args: str):
     from click.testing import CliRunner
 
-    from stackpin.cli import serve_cmd
+    from stackpin.cli import common
     from stackpin.cli.main import cli
 
-    monkeypatch.setattr(serve_cmd.DockerEngine, "connect", classmethod(lambda cls: engine))
+    monkeypatch.setattr(common.ENGINE, "factory", lambda: engine)
     monkeypatch.chdir(ROOT)
     (tmp_path / "models").mkdir(exist_ok=True)
     with socket.socket() as probe:

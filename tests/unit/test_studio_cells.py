@@ -9,7 +9,8 @@ import pytest
 
 from stackpin.checks import Violation, check_cell
 from stackpin.lock import read_lock, stale_reason
-from stackpin.matrix import Cell, cell_to_dict, load_cells
+from stackpin.matrix import Cell, cell_to_dict
+from stackpin.matrixfile import load_cells
 from stackpin.servicespec import Service, ServiceBlocker
 
 ROOT = Path(__file__).resolve().parents[2]

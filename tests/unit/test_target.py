@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from tests.conftest import CPU_CELL, ROOT
 
-from stackpin import matrix as matrix_module
+from stackpin import matrixfile as matrix_module
 from stackpin.cli.main import cli
 from stackpin.errors import LockMissingError, LockStaleError
 from stackpin.lock import Lock, read_lock

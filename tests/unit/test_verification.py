@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from tests.conftest import CPU_CELL, K100_CELL
 
 from stackpin.cli.main import cli
+from stackpin.comparison import diff_reports, is_regression
 from stackpin.errors import VerificationError
-from stackpin.reports import diff_reports, is_regression, read_report
+from stackpin.reports import read_report
 from stackpin.verification import verify_request
 
 FIXTURES = Path(__file__).parent / "fixtures" / "reports"

@@ -34,13 +34,17 @@ def test_backend_check_fails_when_a_dtk_image_runs_on_cpu_torch():
     assert "backend is 'cpu' but the image is built for 'dtk' (expected 'rocm')" in result.reason
 
 
+def _facts(platform: str) -> dict[str, object]:
+    return verify_helpers.image_info(platform=platform)["platform_facts"]
+
+
 def test_devices_check_names_the_missing_device_flags():
-    assert level0.judge_devices(0, "dtk") == (
+    assert level0.judge_devices(0, "dtk", _facts("dtk")) == (
         "dtk image but no device is visible: pass the device flags "
         "(/dev/kfd, /dev/dri (and /dev/mkfd))"
     )
-    assert level0.judge_devices(0, "cpu") is None
-    assert level0.judge_devices(2, "cuda") is None
+    assert level0.judge_devices(0, "cpu", _facts("cpu")) is None
+    assert level0.judge_devices(2, "cuda", _facts("cuda")) is None
 
 
 def test_cgroup_v2_limits(tmp_path):
@@ -125,15 +129,16 @@ def test_hip_lld_path_must_be_named_ld_lld(tmp_path):
     ld_lld = tmp_path / "ld.lld"
     ld_lld.write_text("")
     is_file = lambda p: (tmp_path / p).is_file()  # noqa: E731
-    assert level2.judge_hip_lld(str(ld_lld), is_file=is_file, dtk=True) is None
-    reason = level2.judge_hip_lld(str(lld), is_file=is_file, dtk=True)
+    assert level2.judge_hip_lld(str(ld_lld), is_file=is_file, required_on="DTK") is None
+    reason = level2.judge_hip_lld(str(lld), is_file=is_file, required_on="DTK")
     assert reason == f"TRITON_HIP_LLD_PATH={lld} is not a file named ld.lld (HSACO link would fail)"
     missing = tmp_path / "bin" / "ld.lld"
-    assert level2.judge_hip_lld(str(missing), is_file=is_file, dtk=False) == (
+    assert level2.judge_hip_lld(str(missing), is_file=is_file, required_on="") == (
         f"TRITON_HIP_LLD_PATH={missing} does not exist"
     )
-    assert level2.judge_hip_lld(None, is_file=is_file, dtk=False) is None
-    assert "unset on a DTK image" in str(level2.judge_hip_lld(None, is_file=is_file, dtk=True))
+    assert level2.judge_hip_lld(None, is_file=is_file, required_on="") is None
+    assert "unset on a DTK image" in str(
+        level2.judge_hip_lld(None, is_file=is_file, required_on="DTK"))
 
 
 def test_triton_checks_skip_without_triton_or_device():

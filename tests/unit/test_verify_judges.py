@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-import verify_helpers  # noqa: F401 - puts verify/ on sys.path
+import verify_helpers  # puts verify/ on sys.path
 
 from stackpin_verify import (
     boundary,
@@ -31,10 +31,12 @@ from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, run_
 # --- L0 -----------------------------------------------------------------------------------
 
 
-def test_unknown_image_platform_lists_the_known_ones():
-    assert level0.judge_backend("cpu", "tpu") == (
-        "image platform 'tpu' is not one of ['cpu', 'cuda', 'dtk', 'rocm']"
+def test_an_image_platform_without_facts_is_a_failure_that_says_rebuild():
+    assert level0.judge_backend("cpu", "tpu", "") == (
+        "image platform 'tpu': image.json names no backend for it (platform_facts); "
+        "rebuild the image with this stackpin"
     )
+    assert level0.judge_backend("rocm", "dtk", "rocm") is None
 
 
 @pytest.mark.parametrize(
@@ -43,10 +45,11 @@ def test_unknown_image_platform_lists_the_known_ones():
      ("dtk", "/dev/kfd, /dev/dri (and /dev/mkfd)")],
 )
 def test_every_accelerator_platform_needs_a_visible_device(platform, hint):
-    assert level0.judge_devices(0, platform) == (
+    facts = verify_helpers.image_info(platform=platform)["platform_facts"]
+    assert level0.judge_devices(0, platform, facts) == (
         f"{platform} image but no device is visible: pass the device flags ({hint})"
     )
-    assert level0.judge_devices(1, platform) is None
+    assert level0.judge_devices(1, platform, facts) is None
 
 
 def test_arch_keys_ignore_case_underscores_and_target_features():
@@ -165,7 +168,7 @@ def test_bench_agreement_needs_positive_throughput_on_both_sides(suite, bench):
 
 
 def test_hip_lld_unset_on_dtk_names_the_fix():
-    assert level2.judge_hip_lld(None, is_file=lambda p: True, dtk=True) == (
+    assert level2.judge_hip_lld(None, is_file=lambda p: True, required_on="DTK") == (
         "TRITON_HIP_LLD_PATH is unset on a DTK image: point it at DTK's ld.lld"
     )
 

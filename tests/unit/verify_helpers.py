@@ -29,7 +29,10 @@ from stackpin_verify.context import Context  # noqa: E402
 
 
 def image_info(**overrides: Any) -> dict[str, Any]:
-    """An image.json as the build writes it for the CPU default cell."""
+    """An image.json as the build writes it for the CPU default cell; with ``platform=X``,
+    the platform facts stackpin's spec of X renders (render.image_info's ``platform_facts``)."""
+    from stackpin import platforms
+
     info: dict[str, Any] = {
         "schema": 1,
         "cell": "cpu-bookworm-torch2130-py311",
@@ -44,6 +47,8 @@ def image_info(**overrides: Any) -> dict[str, Any]:
         "attention": "sdpa",
     }
     info.update(overrides)
+    if "platform_facts" not in overrides and info["platform"] in platforms.names():
+        info["platform_facts"] = platforms.get(info["platform"]).image_facts()
     return info
 
 

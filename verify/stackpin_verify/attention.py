@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from stackpin_verify.checks import Metrics
+from stackpin_verify.torchnames import CPU
 
 AttnFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -98,7 +99,7 @@ def make_qkv(
     device: torch.device,
     seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gen = torch.Generator(device=CPU).manual_seed(seed)
     q = torch.randn(*shape_q, generator=gen)
     k = torch.randn(*shape_kv, generator=gen)
     v = torch.randn(*shape_kv, generator=gen)
@@ -214,12 +215,12 @@ def compare_attention(
     explicit attention that runs in whatever dtype it is given) run twice: on float32
     copies (float64 when the inputs are float32) and on the inputs themselves."""
     if grad_factor is None:
-        grad_factor = CPU_GRAD_FACTOR if inputs[0].device.type == "cpu" else factor
+        grad_factor = CPU_GRAD_FACTOR if inputs[0].device.type == CPU else factor
     wide = torch.float64 if inputs[0].dtype == torch.float32 else torch.float32
     wide_inputs = [t.detach().to(wide) for t in inputs]
     with torch.no_grad():
         out_shape = reference(*wide_inputs).shape
-    gen = torch.Generator(device="cpu").manual_seed(99)
+    gen = torch.Generator(device=CPU).manual_seed(99)
     grad_out = torch.randn(out_shape, generator=gen, dtype=wide).to(inputs[0].device)
     ref_out, ref_grads = _forward_backward(reference, wide_inputs, grad_out)
     pt_out, pt_grads = _forward_backward(reference, inputs, grad_out)

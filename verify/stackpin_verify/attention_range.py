@@ -28,6 +28,7 @@ from stackpin_verify.attention import FACTOR, judge_errors, tensor_error
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, run_check
 from stackpin_verify.context import DTYPES, Context
 from stackpin_verify.masked import masked_math
+from stackpin_verify.torchnames import CPU
 
 # Query, key and value scales as powers of two (exact in every dtype), per dtype and case.
 VALUE_SCALES = {"fp32": (64, -63, 120), "bf16": (64, -63, 120), "fp16": (7, -6, 13)}
@@ -42,7 +43,7 @@ def range_inputs(
     dtype_name: str, case: str, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Seeded q, k, v [B, H, S, D] at the case's scales, rounded to the dtype."""
-    gen = torch.Generator(device="cpu").manual_seed(11)
+    gen = torch.Generator(device=CPU).manual_seed(11)
     q, k, v = (torch.randn(SHAPE, generator=gen, dtype=torch.float64) for _ in range(3))
     if case == "values":
         eq, ek, ev = VALUE_SCALES[dtype_name]

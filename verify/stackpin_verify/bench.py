@@ -11,6 +11,7 @@ import torch
 
 from stackpin_verify import level1
 from stackpin_verify.timing import l2_flush, median_ms
+from stackpin_verify.torchnames import GPU
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ def select_timer(device: torch.device) -> Timer:
     do_bench = level1.triton_bench(device)
     if do_bench is not None:
         return Timer("triton.testing.do_bench", do_bench)
-    return Timer("cuda events" if device.type == "cuda" else "wall clock", _events(device))
+    return Timer("cuda events" if device.type == GPU else "wall clock", _events(device))
 
 
 def _events(device: torch.device) -> Callable[[Callable[[], object]], float]:

@@ -1,26 +1,37 @@
-"""L0 check of the vendor boundary (issue 11).
+"""The vendor boundary of an image (issue 11), judged once for the build guard and L0.
 
 The image's image.json says what the vendor provides (exact versions with local labels)
 and what is excluded. A pip that swapped the vendor torch or triton for an index build, or
-an excluded bitsandbytes that slipped in, passes an import; this check fails it by name.
-(The device-arch check is L0.arch in level0.)
+an excluded bitsandbytes that slipped in, passes an import; this rule fails it by name.
+The build guard (templates/guard.py, with this file copied beside it) and verify's
+L0.boundary (level0) both judge with ``boundary_problems``.
+
+Standard library only, and nothing else of stackpin_verify: the guard runs it as a plain
+module in the install stage, before anything is trusted, and an image need not hold
+``packaging``; so its one name rule, PEP 503's (packaging's ``canonicalize_name``), is
+written out here (tests/unit/test_guard.py holds it equal to packaging's).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
-from typing import Any
 
-from stackpin_verify import environment
-from stackpin_verify.checks import Metrics, Skip, require
-from stackpin_verify.context import Context
+_SEPARATORS = re.compile(r"[-_.]+")
 
 
-def judge_boundary(
+def canonical_name(name: str) -> str:
+    """A distribution's name as PEP 503 compares it: ``Foo__Bar.baz`` -> ``foo-bar-baz``."""
+    return _SEPARATORS.sub("-", name).lower()
+
+
+def boundary_problems(
     provided: Mapping[str, Mapping[str, str]],
     excluded: Mapping[str, str],
     version_of: Callable[[str], str | None],
-) -> str | None:
+) -> list[str]:
+    """One line per breach: an excluded distribution installed, a provided one missing or
+    not the vendor's build. ``version_of`` answers for a distribution name, or None."""
     problems = []
     for name, reason in sorted(excluded.items()):
         found = version_of(name)
@@ -33,16 +44,12 @@ def judge_boundary(
             problems.append(f"{name} is missing; the vendor's {wanted} is expected")
         elif found.lower() != wanted.lower():
             problems.append(f"{name} is {found}, not the vendor's {wanted}")
-    return "; ".join(problems) or None
+    return problems
 
 
-def check_boundary(ctx: Context) -> Metrics:
-    image: dict[str, Any] = ctx.image or {}
-    provided = image.get("provided") or {}
-    excluded = image.get("excluded") or {}
-    if not provided and not excluded:
-        msg = "the image declares no vendor boundary"
-        raise Skip(msg)
-    metrics: Metrics = {"provided": sorted(provided), "excluded": sorted(excluded)}
-    require(judge_boundary(provided, excluded, environment.dist_version), metrics)
-    return metrics
+def judge_boundary(
+    provided: Mapping[str, Mapping[str, str]],
+    excluded: Mapping[str, str],
+    version_of: Callable[[str], str | None],
+) -> str | None:
+    return "; ".join(boundary_problems(provided, excluded, version_of)) or None

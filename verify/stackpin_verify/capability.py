@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from stackpin_verify.torchnames import CPU, GPU
+
 # gfx90a (MI200), gfx94x/gfx95x (MI300/MI350), gfx11xx/gfx12xx (RDNA3/4), and Hygon's
 # gfx928 (K100-AI) and gfx936/gfx938 (BW), where the field ran bf16 training.
 ROCM_BF16_ARCHES = ("gfx90a", "gfx94", "gfx95", "gfx11", "gfx12", "gfx928", "gfx936", "gfx938")
@@ -39,8 +41,8 @@ _NOT_IMPLEMENTED = re.compile(r"not implemented for '(Half|BFloat16)'")
 
 def device_arch(device: torch.device) -> str:
     """``sm_90`` for CUDA, the gfx name (``gfx928``) for HIP, ``cpu`` otherwise."""
-    if device.type != "cuda":
-        return "cpu"
+    if device.type != GPU:
+        return CPU
     props = torch.cuda.get_device_properties(device)
     gcn = getattr(props, "gcnArchName", "")
     if getattr(torch.version, "hip", None) and gcn:
@@ -84,7 +86,7 @@ def cpu_unsupported(name: str, probe: Callable[[], object]) -> str | None:
 
 def unsupported(name: str, device: torch.device, probe: Callable[[], object]) -> str | None:
     """Why ``device`` cannot compute in dtype ``name``, or None. ``probe`` runs on CPU only."""
-    if device.type == "cpu":
+    if device.type == CPU:
         return cpu_unsupported(name, probe)
     return accelerator_unsupported(name, device_arch(device))
 
@@ -121,7 +123,7 @@ def device_report(device: torch.device) -> dict[str, Any]:
     query, and the Triton target."""
     arch = device_arch(device)
     facts: dict[str, Any] = {"type": device.type, "arch": arch}
-    if device.type == "cpu":
+    if device.type == CPU:
         facts["bf16_supported"] = None
         facts["torch_bf16_supported"] = None
     else:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from stackpin_verify import LEVELS, report
+from stackpin_verify.torchnames import BACKEND_CPU
 
 DEFAULT_IMAGE_INFO = Path("/opt/stackpin/image.json")
 
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             checks=[broken],
             host=environment.host_info(),
             image=_image_or_none(image_path),
-            backend="cpu",
+            backend=BACKEND_CPU,
             versions={"python": platform.python_version(), "torch": "not importable"},
             devices=[],
             duration_s=time.perf_counter() - start,

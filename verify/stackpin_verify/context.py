@@ -12,7 +12,9 @@ from typing import Any
 
 import torch
 
+from stackpin_verify.boundary import canonical_name
 from stackpin_verify.checks import CheckFailed, Skip
+from stackpin_verify.torchnames import CPU, GPU
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -30,7 +32,7 @@ class Context:
 
     @property
     def accelerated(self) -> bool:
-        return self.device.type != "cpu"
+        return self.device.type != CPU
 
     @property
     def pins(self) -> dict[str, str]:
@@ -39,6 +41,13 @@ class Context:
 
     def image_field(self, key: str) -> str:
         return str((self.image or {}).get(key) or "")
+
+    @property
+    def platform_facts(self) -> dict[str, Any]:
+        """What the image's platform expects (image.json ``platform_facts``: backend,
+        accelerator, collective, device_hint, hip_lld_required); {} outside an image."""
+        facts = (self.image or {}).get("platform_facts") or {}
+        return dict(facts) if isinstance(facts, dict) else {}
 
     def train_dtype(self) -> torch.dtype:
         """bf16 on accelerators (the field's stable choice: fp16 NaN'd where bf16 did not),
@@ -49,8 +58,8 @@ class Context:
 
     def declares(self, dist: str) -> bool:
         """Whether the image pins this distribution, so its absence is a fault."""
-        wanted = _normalise(dist)
-        return any(_normalise(name) == wanted for name in self.pins)
+        wanted = canonical_name(dist)
+        return any(canonical_name(name) == wanted for name in self.pins)
 
     def need_module(self, name: str, *, dist: str | None = None) -> ModuleType:
         """Import an optional piece: skip when the image does not ship it, fail when it
@@ -69,12 +78,8 @@ class Context:
             raise CheckFailed(msg) from exc
 
 
-def _normalise(dist: str) -> str:
-    return dist.lower().replace("_", "-").replace(".", "-")
-
-
 def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
+    if device.type == GPU:
         torch.cuda.synchronize(device)
 
 
@@ -83,7 +88,7 @@ def tiny_work_threads(device: torch.device) -> Iterator[None]:
     """One intra-op thread for tiny CPU workloads (the L3/L5/L6 models): thread hand-off
     costs more than their math, and on a shared 2-core host 80 LoRA steps took 28.8 s with
     2 threads against 3.5 s with 1. Results are identical; GEMM throughput keeps all."""
-    if device.type != "cpu":
+    if device.type != CPU:
         yield
         return
     before = torch.get_num_threads()

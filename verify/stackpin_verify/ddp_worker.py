@@ -16,13 +16,15 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from stackpin_verify.torchnames import CPU, GLOO, GPU
+
 
 def device_for(backend: str) -> torch.device:
-    if backend == "nccl":
+    if backend != GLOO:
         local_rank = int(os.environ["LOCAL_RANK"])
         torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
+        return torch.device(GPU, local_rank)
+    return torch.device(CPU)
 
 
 def allreduce(device: torch.device) -> dict[str, Any]:
@@ -52,7 +54,7 @@ def ddp_step(device: torch.device) -> dict[str, Any]:
     """Each rank sees different data; after backward DDP must leave every rank the mean of
     the local gradients, and after the step identical weights."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    gen = torch.Generator(device="cpu").manual_seed(100 + rank)
+    gen = torch.Generator(device=CPU).manual_seed(100 + rank)
     inputs = torch.randn(16, 32, generator=gen).to(device)
     local = _model(device)
     local(inputs).pow(2).mean().backward()
@@ -61,7 +63,7 @@ def ddp_step(device: torch.device) -> dict[str, Any]:
     expected /= world
 
     model = DistributedDataParallel(
-        _model(device), device_ids=[device.index] if device.type == "cuda" else None
+        _model(device), device_ids=[device.index] if device.type == GPU else None
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss = model(inputs).pow(2).mean()

@@ -14,6 +14,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from stackpin_verify.torchnames import BACKEND_CPU, BACKEND_CUDA, BACKEND_HIP
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 # cgroup v1 reports "no limit" as a page-aligned huge number rather than "max".
@@ -85,10 +87,10 @@ def backend_label(*, hip: str | None, cuda: str | None, device_available: bool) 
     """``rocm`` for any HIP build: it keeps the torch.cuda API, so is_available() says True
     there and a HIP build must never be reported as CUDA (dcu-facts: report honestly)."""
     if hip:
-        return "rocm"
+        return BACKEND_HIP
     if cuda and device_available:
-        return "cuda"
-    return "cpu"
+        return BACKEND_CUDA
+    return BACKEND_CPU
 
 
 def detect_backend() -> str:

@@ -26,6 +26,7 @@ import torch
 
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, run_check
 from stackpin_verify.context import DTYPES, Context
+from stackpin_verify.torchnames import CPU, GPU
 
 LAMBDA = 6.0
 U32 = 2.0**-24
@@ -67,7 +68,7 @@ def bound_for(dtype: torch.dtype, device: torch.device) -> Bound:
     u_out = unit_roundoff(dtype)
     u_acc = U32
     reduction = 0.0
-    if device.type == "cuda":
+    if device.type == GPU:
         matmul = torch.backends.cuda.matmul
         if dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest":
             u_acc = UTF32
@@ -127,7 +128,7 @@ def operands(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     batch, m, k, n = shape
     lead = (batch,) if batch else ()
-    gen = torch.Generator(device="cpu").manual_seed(4321)
+    gen = torch.Generator(device=CPU).manual_seed(4321)
     a = torch.randn(*lead, m, k, generator=gen).to(device, dtype)
     b = torch.randn(*lead, k, n, generator=gen).to(device, dtype)
     return a, b

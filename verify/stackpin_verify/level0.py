@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -15,7 +16,6 @@ from stackpin_verify import boundary, capability, dtk_env, environment, imports
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import Context
 
-_PLATFORM_BACKEND = {"cpu": "cpu", "cuda": "cuda", "rocm": "rocm", "dtk": "rocm"}
 _SPEC = re.compile(r"^\s*(==|!=|<=|>=|<|>)\s*([0-9][0-9.]*)\s*$")
 
 
@@ -30,7 +30,7 @@ def run(ctx: Context) -> list[CheckResult]:
         ("L0.numpy", lambda: check_numpy(ctx), True),
         ("L0.pins", lambda: check_pins(ctx), True),
         ("L0.dtk_env", lambda: check_dtk_env(ctx), True),
-        ("L0.boundary", lambda: boundary.check_boundary(ctx), True),
+        ("L0.boundary", lambda: check_boundary(ctx), True),
         (imports.CHECK, lambda: imports.check_imports(ctx), True),
         ("L0.cgroup", check_cgroup, False),
     ]
@@ -52,10 +52,12 @@ def check_python() -> Metrics:
     return {"version": platform.python_version(), "executable": sys.executable}
 
 
-def judge_backend(backend: str, image_platform: str) -> str | None:
-    expected = _PLATFORM_BACKEND.get(image_platform)
-    if expected is None:
-        return f"image platform {image_platform!r} is not one of {sorted(_PLATFORM_BACKEND)}"
+def judge_backend(backend: str, image_platform: str, expected: str) -> str | None:
+    """``expected`` is the backend the image's platform reports (image.json's
+    platform_facts, from stackpin's platform spec: a DTK build is a HIP build, rocm)."""
+    if not expected:
+        return (f"image platform {image_platform!r}: image.json names no backend for it "
+                "(platform_facts); rebuild the image with this stackpin")
     if backend != expected:
         return (
             f"backend is {backend!r} but the image is built for {image_platform!r} "
@@ -74,7 +76,8 @@ def check_backend(ctx: Context) -> Metrics:
     platform_name = ctx.image_field("platform")
     if platform_name:
         _unsupported_without_devices(ctx)
-        require(judge_backend(ctx.backend, platform_name), metrics)
+        expected = str(ctx.platform_facts.get("backend") or "")
+        require(judge_backend(ctx.backend, platform_name, expected), metrics)
     return metrics
 
 
@@ -90,7 +93,7 @@ UNSUPPORTED_NO_DEVICE = "unsupported: no device (the run passed no device flags:
 def no_device_run(ctx: Context) -> bool:
     """An accelerator image run without its device flags on purpose (--no-devices), and
     indeed no device visible: what needs a device is unsupported here, never passed."""
-    accelerator = ctx.image_field("platform") in ("cuda", "rocm", "dtk")
+    accelerator = bool(ctx.platform_facts.get("accelerator"))
     return accelerator and not ctx.accelerated and os.environ.get(NO_DEVICES_ENV) == "1"
 
 
@@ -99,9 +102,10 @@ def _unsupported_without_devices(ctx: Context) -> None:
         raise Skip(UNSUPPORTED_NO_DEVICE)
 
 
-def judge_devices(count: int, image_platform: str) -> str | None:
-    if image_platform in ("cuda", "rocm", "dtk") and count == 0:
-        hint = "--gpus" if image_platform == "cuda" else "/dev/kfd, /dev/dri (and /dev/mkfd)"
+def judge_devices(count: int, image_platform: str, facts: Mapping[str, object]) -> str | None:
+    """An accelerator image (``facts``: image.json's platform_facts) must see a device."""
+    if facts.get("accelerator") and count == 0:
+        hint = facts.get("device_hint") or "the platform's device flags"
         return f"{image_platform} image but no device is visible: pass the device flags ({hint})"
     return None
 
@@ -111,7 +115,7 @@ def check_devices(ctx: Context) -> Metrics:
     metrics: Metrics = {"count": len(found), "devices": found}
     if not found:
         _unsupported_without_devices(ctx)
-    require(judge_devices(len(found), ctx.image_field("platform")), metrics)
+    require(judge_devices(len(found), ctx.image_field("platform"), ctx.platform_facts), metrics)
     return metrics
 
 
@@ -299,6 +303,19 @@ def check_dtk_env(ctx: Context) -> Metrics:
     except dtk_env.SourceError as exc:
         raise CheckFailed(str(exc), {"env_script": env_script}) from exc
     require(reason, metrics)
+    return metrics
+
+
+def check_boundary(ctx: Context) -> Metrics:
+    """The vendor boundary of image.json (boundary.py: the build guard's rule too)."""
+    image: dict[str, Any] = ctx.image or {}
+    provided = image.get("provided") or {}
+    excluded = image.get("excluded") or {}
+    if not provided and not excluded:
+        msg = "the image declares no vendor boundary"
+        raise Skip(msg)
+    metrics: Metrics = {"provided": sorted(provided), "excluded": sorted(excluded)}
+    require(boundary.judge_boundary(provided, excluded, environment.dist_version), metrics)
     return metrics
 
 

@@ -13,6 +13,7 @@ from stackpin_verify import capability, gemm_shapes
 from stackpin_verify.checks import CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import DTYPES, Context
 from stackpin_verify.timing import l2_flush, median_ms
+from stackpin_verify.torchnames import CPU, GPU
 
 # Relative to max|reference|. Inputs are rounded to the dtype first and the reference is
 # computed from those rounded inputs, so only accumulation and output rounding remain:
@@ -58,7 +59,7 @@ def run(ctx: Context) -> list[CheckResult]:
 
 def gemm_size(device: torch.device) -> int:
     # Large enough to load an accelerator; small enough for 2 CPU cores to finish quickly.
-    return 4096 if device.type != "cpu" else 256
+    return 4096 if device.type != CPU else 256
 
 
 def dtype_unsupported(name: str, device: torch.device) -> str | None:
@@ -112,7 +113,7 @@ def judge_bench_agreement(
 def triton_bench(device: torch.device) -> Bench | None:
     """triton.testing.do_bench (median of its own repetitions, L2 flushed between them) where
     triton and a CUDA/HIP device are present, else None."""
-    if device.type != "cuda" or importlib.util.find_spec("triton") is None:
+    if device.type != GPU or importlib.util.find_spec("triton") is None:
         return None
     try:
         from triton.testing import do_bench
@@ -132,7 +133,7 @@ def check_gemm(ctx: Context, name: str, bench: Bench | None = None) -> Metrics:
     if unsupported:
         raise Skip(unsupported)
     n = gemm_size(ctx.device)
-    gen = torch.Generator(device="cpu").manual_seed(1234)
+    gen = torch.Generator(device=CPU).manual_seed(1234)
     a = torch.randn(n, n, generator=gen).to(ctx.device, dtype)
     b = torch.randn(n, n, generator=gen).to(ctx.device, dtype)
     out = a @ b

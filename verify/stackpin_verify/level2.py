@@ -13,6 +13,7 @@ import torch
 from stackpin_verify.checks import CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import Context
 from stackpin_verify.timing import median_ms
+from stackpin_verify.torchnames import BACKEND_HIP, CPU
 
 VECTOR_ELEMENTS = 1_048_576  # the field's HIP vector-add size (dcu-facts)
 SOFTMAX_SHAPE = (1823, 781)  # odd sizes exercise the masked tail of each row
@@ -27,12 +28,17 @@ def run(ctx: Context) -> list[CheckResult]:
     ]
 
 
-def judge_hip_lld(value: str | None, *, is_file: Callable[[str], bool], dtk: bool) -> str | None:
+def judge_hip_lld(
+    value: str | None, *, is_file: Callable[[str], bool], required_on: str
+) -> str | None:
     """Triton on HIP links HSACO with the file TRITON_HIP_LLD_PATH names; one called plain
-    ``lld`` fails with ``PassManager::run failed`` (dcu-facts), so the name must be ld.lld."""
+    ``lld`` fails with ``PassManager::run failed`` (dcu-facts), so the name must be ld.lld.
+    ``required_on``: the image's platform title when its facts say the variable must be
+    set (DTK: the toolkit's ld.lld), else ""."""
     if not value:
-        if dtk:
-            return "TRITON_HIP_LLD_PATH is unset on a DTK image: point it at DTK's ld.lld"
+        if required_on:
+            return (f"TRITON_HIP_LLD_PATH is unset on a {required_on} image: point it at "
+                    f"{required_on}'s ld.lld")
         return None
     if Path(value).name != "ld.lld":
         return f"TRITON_HIP_LLD_PATH={value} is not a file named ld.lld (HSACO link would fail)"
@@ -42,12 +48,14 @@ def judge_hip_lld(value: str | None, *, is_file: Callable[[str], bool], dtk: boo
 
 
 def check_hip_lld(ctx: Context) -> Metrics:
-    if ctx.backend != "rocm":
-        msg = f"backend is {ctx.backend}: the HIP linker path only matters on ROCm/DTK"
+    if ctx.backend != BACKEND_HIP:
+        msg = f"backend is {ctx.backend}: the HIP linker path only matters on HIP builds"
         raise Skip(msg)
     value = os.environ.get("TRITON_HIP_LLD_PATH")
-    dtk = ctx.image_field("platform") == "dtk"
-    require(judge_hip_lld(value, is_file=lambda p: Path(p).is_file(), dtk=dtk), {"path": value})
+    facts = ctx.platform_facts
+    required_on = str(facts.get("title") or "") if facts.get("hip_lld_required") else ""
+    require(judge_hip_lld(value, is_file=lambda p: Path(p).is_file(), required_on=required_on),
+            {"path": value})
     return {"path": value}
 
 
@@ -63,7 +71,7 @@ def _kernels(ctx: Context) -> ModuleType:
 
 def check_vector_add(ctx: Context) -> Metrics:
     kernels = _kernels(ctx)
-    gen = torch.Generator(device="cpu").manual_seed(7)
+    gen = torch.Generator(device=CPU).manual_seed(7)
     x = torch.randn(VECTOR_ELEMENTS, generator=gen).to(ctx.device)
     y = torch.randn(VECTOR_ELEMENTS, generator=gen).to(ctx.device)
     out = kernels.vector_add(x, y)
@@ -77,7 +85,7 @@ def check_vector_add(ctx: Context) -> Metrics:
 
 def check_softmax(ctx: Context) -> Metrics:
     kernels = _kernels(ctx)
-    gen = torch.Generator(device="cpu").manual_seed(8)
+    gen = torch.Generator(device=CPU).manual_seed(8)
     x = torch.randn(*SOFTMAX_SHAPE, generator=gen).to(ctx.device)
     max_abs = float((kernels.softmax(x) - torch.softmax(x, dim=-1)).abs().max())
     metrics: Metrics = {

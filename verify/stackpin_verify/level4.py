@@ -17,6 +17,7 @@ import torch
 
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import Context
+from stackpin_verify.torchnames import CPU
 
 # Relative RMS error ||y - ref|| / ||ref||: int8 row-wise quantization keeps ~1% error,
 # NF4 (16 levels per 64-block) ~10%; garbage (zeros, random) sits at >= 1.
@@ -134,7 +135,7 @@ def _quantized_layer(bnb: ModuleType, kind: str, weight: torch.Tensor) -> torch.
 def check_matmul(ctx: Context, kind: str) -> Metrics:
     bnb = _bnb(ctx)
     tokens, k, n = SHAPE
-    gen = torch.Generator(device="cpu").manual_seed(11)
+    gen = torch.Generator(device=CPU).manual_seed(11)
     weight = torch.randn(n, k, generator=gen).half()
     x = torch.randn(tokens, k, generator=gen).half().to(ctx.device)
     # Moving the layer to the device is what quantizes its weight.

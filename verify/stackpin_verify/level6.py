@@ -15,6 +15,7 @@ import torch
 from stackpin_verify import batched, capability, fixedlm, golden
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import DTYPES, Context, tiny_work_threads
+from stackpin_verify.torchnames import CPU
 
 DTYPE_NAMES = ("fp32", "fp16", "bf16")
 # Both ways a model generates: the whole sequence again at every step, and one new token
@@ -95,7 +96,7 @@ def step_errors(gen: Generation) -> list[float]:
     errors = []
     for step, row in enumerate(gen.found.logits):
         want = torch.tensor(gen.expected.logits[step], dtype=torch.float64)
-        errors.append(float((row.detach().to("cpu", torch.float64) - want).abs().max()))
+        errors.append(float((row.detach().to(CPU, torch.float64) - want).abs().max()))
         if gen.found.tokens[step] != gen.expected.tokens[step]:
             break
     return errors

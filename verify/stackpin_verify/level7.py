@@ -21,6 +21,7 @@ import torch
 
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, require, run_check
 from stackpin_verify.context import Context
+from stackpin_verify.torchnames import GLOO, NCCL
 
 TIMEOUT_S = 240
 # gloo sums float32 exactly for small integers; DDP averages in the same order per rank.
@@ -34,11 +35,12 @@ def run(ctx: Context) -> list[CheckResult]:
     ]
 
 
-def choose_launch(device_count: int) -> tuple[str, int]:
-    """Backend and process count: one process per device when 2+ are visible."""
+def choose_launch(device_count: int, collective: str = NCCL) -> tuple[str, int]:
+    """Backend and process count: one process per device with the platform's collective
+    (image.json's platform_facts) when 2+ are visible, else gloo with two CPU processes."""
     if device_count >= 2:
-        return "nccl", device_count
-    return "gloo", 2
+        return collective, device_count
+    return GLOO, 2
 
 
 def _free_loopback_port() -> int:
@@ -93,7 +95,9 @@ def run_torchrun(command: list[str], *, timeout_s: float) -> tuple[int, str]:
 def distributed_result(ctx: Context) -> dict[str, Any]:
     cached = ctx.cache.get("distributed")
     if cached is None:
-        backend, nproc = choose_launch(torch.cuda.device_count() if ctx.accelerated else 0)
+        collective = str(ctx.platform_facts.get("collective") or NCCL)
+        backend, nproc = choose_launch(torch.cuda.device_count() if ctx.accelerated else 0,
+                                       collective)
         with tempfile.TemporaryDirectory(prefix="stackpin-verify-") as tmp:
             out = Path(tmp) / "ddp.json"
             code, output = run_torchrun(launch_command(backend, nproc, out), timeout_s=TIMEOUT_S)

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from stackpin_verify.torchnames import CPU
+
 # Adam's per-element step is at most lr (1 - beta1) / sqrt(1 - beta2) (Kingma & Ba 2015,
 # section 2.1): 3.16 lr for torch's default betas (0.9, 0.999).
 ADAM_STEP_BOUND = (1 - 0.9) / (1 - 0.999) ** 0.5
@@ -121,7 +123,7 @@ def saved_tensors(directory: Path) -> dict[str, torch.Tensor]:
 
         return dict(load_file(str(safe)))
     loaded: dict[str, torch.Tensor] = torch.load(
-        directory / "adapter_model.bin", map_location="cpu", weights_only=True
+        directory / "adapter_model.bin", map_location=CPU, weights_only=True
     )
     return loaded
 

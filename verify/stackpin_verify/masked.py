@@ -30,6 +30,7 @@ from stackpin_verify import capability
 from stackpin_verify.attention import compare_attention, make_qkv, repeat_kv, torch_release
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, require, run_check
 from stackpin_verify.context import DTYPES, Context
+from stackpin_verify.torchnames import CPU
 
 # Three sequences padded to the first one's length; 113 is no kernel's block multiple.
 PADDED_LENGTHS = (113, 59, 38)
@@ -196,7 +197,7 @@ def check_padded_sdpa(ctx: Context, case: MaskCase) -> Metrics:
     )
     valid = key_valid(lengths, max(lengths), case.padding, ctx.device)
     allowed = padded_mask(valid, causal=case.causal)
-    gen = torch.Generator(device="cpu").manual_seed(7)
+    gen = torch.Generator(device=CPU).manual_seed(7)
     bias = torch.randn(allowed.shape, generator=gen).to(ctx.device)
     mask = allowed if case.form == "bool" else additive(allowed, bias, dtype)
 

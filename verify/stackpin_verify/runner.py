@@ -15,6 +15,7 @@ import torch
 from stackpin_verify import environment, imports, level0
 from stackpin_verify.checks import CheckFailed, CheckResult, Metrics, Skip, run_check
 from stackpin_verify.context import Context
+from stackpin_verify.torchnames import CPU, GPU
 
 LEVEL_MODULES = {
     0: "stackpin_verify.level0",
@@ -43,7 +44,7 @@ def make_context(
             error = str(exc)
     backend = environment.detect_backend()
     # HIP builds expose their devices through the torch.cuda API as "cuda" devices.
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(GPU if torch.cuda.is_available() else CPU)
     return Context(
         backend=backend,
         device=device,

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from stackpin_verify.context import synchronize
+from stackpin_verify.torchnames import GPU
 
 MIN_RUNS = 5
 
@@ -41,7 +42,7 @@ def median_ms(
 
 
 def _time_once(fn: Callable[[], object], device: torch.device) -> float:
-    if device.type == "cuda":
+    if device.type == GPU:
         start = _event()
         end = _event()
         start.record()
@@ -65,7 +66,7 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024
 
 def l2_flush(device: torch.device) -> Callable[[], object] | None:
     """A callable that evicts the accelerator's L2 like do_bench does; None on CPU."""
-    if device.type != "cuda":
+    if device.type != GPU:
         return None
     buffer = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
     return buffer.zero_

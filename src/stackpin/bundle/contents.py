@@ -17,6 +17,7 @@ from stackpin.bundle.format import BundleImage, Entry, StreamStats
 from stackpin.bundle.resolved import BuiltImage, Resolved
 from stackpin.bundle.siteconf import bundle_conf, profile_conf
 from stackpin.bundle.source import rebuild_files
+from stackpin.context import read_sources
 from stackpin.engine import Engine
 from stackpin.errors import BundleError, ValidationError
 from stackpin.lock import Lock
@@ -44,7 +45,7 @@ def plan(resolved: Resolved, images: Sequence[BundleImage], stream: StreamStats,
 
 def readme_file(resolved: Resolved, images: Sequence[BundleImage]) -> Entry:
     """README.md: what the bundle holds and how a site loads it."""
-    text = render_template(resolved.layout.root / "bundle", "README.md.j2", {
+    text = render_template(read_sources(resolved.layout.root / "bundle"), "README.md.j2", {
         "created": rfc3339(resolved.epoch),
         "images": [i.to_json() for i in images],
         "signed_by": resolved.signed_by,

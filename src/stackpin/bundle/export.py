@@ -23,6 +23,7 @@ from stackpin.bundle.format import (
     EXECUTABLE,
     IMAGES,
     MANIFEST,
+    MAX_SUMS_BYTES,
     SIGNATURE,
     SUMS,
     UNSIGNED,
@@ -145,6 +146,10 @@ def _write(staging: Path, entries: Sequence[Entry], resolved: Resolved,
         for p in listed
     ]
     sums = sha256sums_text(files).encode()
+    if len(sums) > MAX_SUMS_BYTES:
+        msg = (f"{SUMS} would be {len(sums)} bytes, more than the site scripts read "
+               f"({MAX_SUMS_BYTES}): bundle fewer files (leave out --with-wheels or models)")
+        raise BundleError(msg)
     files.append(FileEntry(path=SUMS, size=len(sums),
                            sha256=_put(staging, [Entry(path=SUMS, data=sums)])[SUMS]))
     manifest = manifest_bytes(build_manifest(

@@ -34,6 +34,9 @@ ZSTD_LEVEL = 3
 # The seed's ports (enhanced 18887, stable 18888), declared once with the service defaults.
 DEFAULT_PORTS: Mapping[Variant, int] = {v: Service().endpoint(v).port for v in VARIANTS}
 MAX_MANIFEST_BYTES = 16 << 20
+# The site scripts read SHA256SUMS with sed and awk only below this size (bin/lib.sh
+# MAX_SUMS_BYTES): export never writes a larger one.
+MAX_SUMS_BYTES = 16 << 20
 UNSIGNED = (MANIFEST, SIGNATURE)  # every other file is listed in the manifest
 # The site puts its own model folders here (stackpin.bundle.models): in a bundle folder,
 # files under it that the manifest does not list are the site's, not an extra file.

@@ -1,7 +1,9 @@
 """The site scripts' data files: bin/bundle.conf and bin/profiles/<profile>.conf.
 
-Plain shell assignments, rendered from the manifest's image records; the scripts source
-them only after checking their hashes.
+Plain shell assignments, rendered from the manifest's image records and each image's
+platform spec (stackpin.platforms: the preflight probes, the card-visibility variable,
+the start and stop rules), so bin/*.sh carry no platform names of their own; the
+scripts source them only after checking their hashes.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from stackpin import platforms
 from stackpin.bundle.format import FORMAT_VERSION, BundleImage, StreamStats
-from stackpin.matrix import visibility_variable
+from stackpin.platforms.spec import Probe
 
 
 def docker_run_args(run: Mapping[str, Any]) -> list[str]:
@@ -46,8 +49,7 @@ def bundle_conf(images: Sequence[BundleImage], stream: StreamStats) -> str:
     text += shell_assign("BUNDLE_PLATFORMS", sorted({i.platform for i in images}))
     text += shell_assign("BUNDLE_CPU_ARCHES", sorted({i.cpu_arch for i in images}))
     text += shell_assign("BUNDLE_ARCHES", sorted({a for i in images for a in i.arch}))
-    devices = sorted({d.split(":")[0] for i in images for d in i.run.get("devices", ())})
-    text += shell_assign("BUNDLE_DEVICES", devices)
+    text += probes_conf(images)
     volumes = sorted({v.split(":")[0] for i in images for v in i.run.get("volumes", ())})
     text += shell_assign("BUNDLE_HOST_PATHS", volumes)
     shm = sorted({str(i.run.get("shm_size") or "") for i in images} - {""})
@@ -74,8 +76,13 @@ def profile_conf(image: BundleImage) -> str:
     text += shell_assign("PROFILE_PORT", image.port)
     text += shell_assign("PROFILE_RUN_ARGS", docker_run_args(image.run))
     # The cards: start.sh --devices chooses them at the site; the cell's list is the default.
-    text += shell_assign("PROFILE_VISIBILITY_ENV", visibility_variable(image.platform))
+    spec = platforms.get(image.platform)
+    text += shell_assign("PROFILE_VISIBILITY_ENV", spec.visibility_env)
     text += shell_assign("PROFILE_VISIBLE_DEVICES", str(image.run.get("visible_devices", "")))
+    # start.sh refuses a second profile on these cards; stop.sh waits until no process
+    # holds the release node (freed device memory lags process exit).
+    text += shell_assign("PROFILE_ONE_PER_CARD", int(spec.one_profile_per_card))
+    text += shell_assign("PROFILE_RELEASE_NODE", spec.release_node)
     if image.service is not None:
         text += service_conf(image.service)
     return text
@@ -92,3 +99,31 @@ def service_conf(service: Mapping[str, Any]) -> str:
     text += shell_assign("PROFILE_BOOTSTRAP_PASSWORD", service["password_file"])
     text += shell_assign("PROFILE_TOOLS", "on" if service["tools"] else "off")
     return text
+
+
+def host_probes(images: Sequence[BundleImage]) -> list[Probe]:
+    """What preflight checks on the host: each platform's probes (in platform order), then
+    every device node a profile passes through; each once."""
+    found: list[Probe] = []
+    for name in sorted({i.platform for i in images}):
+        found += platforms.get(name).probes
+    nodes = sorted({d.split(":")[0] for i in images for d in i.run.get("devices", ())})
+    found += [Probe(kind="node", target=node, passed=f"device: {node}",
+                    failed=f"device: {node} is missing (driver not loaded?)") for node in nodes]
+    unique: list[Probe] = []
+    for probe in found:
+        if (probe.kind, probe.target) not in {(p.kind, p.target) for p in unique}:
+            unique.append(probe)
+    return unique
+
+
+def probes_conf(images: Sequence[BundleImage]) -> str:
+    """The probes as parallel arrays (kind, target, PASS line, FAIL line, and Podman's lines
+    for a runtime probe) for preflight.sh."""
+    probes = host_probes(images)
+    text = shell_assign("BUNDLE_PROBE_KINDS", [p.kind for p in probes])
+    text += shell_assign("BUNDLE_PROBE_TARGETS", [p.target for p in probes])
+    text += shell_assign("BUNDLE_PROBE_PASSED", [p.passed for p in probes])
+    text += shell_assign("BUNDLE_PROBE_FAILED", [p.failed for p in probes])
+    text += shell_assign("BUNDLE_PROBE_PODMAN_CDI", [p.podman_cdi for p in probes])
+    return text + shell_assign("BUNDLE_PROBE_PODMAN_NO_CDI", [p.podman_no_cdi for p in probes])

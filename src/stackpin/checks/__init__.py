@@ -19,7 +19,8 @@ from stackpin.checks import settings, studio, wheels
 from stackpin.checks.context import Context, Severity, Violation, Wheel
 from stackpin.checks.settings import excludes_numpy2
 from stackpin.errors import ConfigurationError, ValidationError
-from stackpin.matrix import Cell, PinnedWheel, cell_problems_of, pinned_wheels
+from stackpin.matrix import Cell, PinnedWheel, pinned_wheels
+from stackpin.matrixfile import cell_problems_of
 
 __all__ = ["Severity", "Violation", "check_cell", "check_cells", "excludes_numpy2",
            "require_resolvable"]

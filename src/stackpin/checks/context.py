@@ -14,9 +14,6 @@ from stackpin.untrusted import shown
 
 Severity = Literal["error", "warning"]
 
-PLATFORM_NAMES = {"dtk": "DTK", "rocm": "ROCm", "cuda": "CUDA", "cpu": "CPU"}
-
-
 @dataclass(frozen=True, kw_only=True)
 class Violation:
     """One broken rule of one cell, printed as one line."""
@@ -71,5 +68,4 @@ class Context:
 
 
 def platform_name(cell: Cell) -> str:
-    name = PLATFORM_NAMES[cell.platform]
-    return f"{name} {cell.platform_version}" if cell.platform_version else name
+    return cell.spec.titled(cell.platform_version)

@@ -11,7 +11,8 @@ from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from stackpin.abi import cpython_version, parse_base_reference
+from stackpin import platforms
+from stackpin.abi import cpython_version
 from stackpin.boundary import declaration_problems
 from stackpin.checks.context import Context, Violation, platform_name
 from stackpin.errors import ValidationError
@@ -55,8 +56,8 @@ def _numpy(ctx: Context) -> Iterator[Violation]:
 
 def _numpy1_reason(ctx: Context) -> str:
     torch = ctx.torch_version
-    if ctx.cell.is_dtk:
-        return "DTK torch builds need numpy 1"
+    if ctx.cell.spec.numpy1:
+        return ctx.cell.spec.numpy1
     if torch is not None and torch < _NUMPY2_TORCH:
         return f"torch {torch} (older than 2.3) was built against numpy 1"
     return ""
@@ -140,10 +141,10 @@ def _bitsandbytes(ctx: Context) -> Iterator[Violation]:
             "bitsandbytes", expected, f"'{cell.bitsandbytes}'",
             "pin the vendor wheel and set bitsandbytes = \"vendor\", or neither",
         )
-    if not cell.is_dtk or vendor_bnb:
-        return
     # Facts: no trusted DTK build; a generic wheel claims ROCm support, then fails.
-    why = "no trusted DTK build exists (a generic wheel claims ROCm support, then fails)"
+    why = cell.spec.bitsandbytes_untrusted
+    if not why or vendor_bnb:
+        return
     if cell.bitsandbytes != "disabled":
         yield ctx.violation("bitsandbytes", "'disabled'", f"'{cell.bitsandbytes}'",
                             f"set bitsandbytes = \"disabled\": {why}")
@@ -153,22 +154,23 @@ def _bitsandbytes(ctx: Context) -> Iterator[Violation]:
                             f"set {_BNB_ENV} = \"1\" in [env]: {why}")
     key = _stack_key(cell, "bitsandbytes")
     if key is not None:
-        yield ctx.violation(f"stack.{key}", "no bitsandbytes from the index on DTK",
+        yield ctx.violation(f"stack.{key}", f"no bitsandbytes from the index on {cell.spec.title}",
                             f"bitsandbytes {cell.stack[key]}",
                             f"remove it from [stack]: {why}")
 
 
 def _environment(ctx: Context) -> Iterator[Violation]:
     cell = ctx.cell
-    if cell.is_dtk and not cell.env_script:
+    spec = cell.spec
+    if spec.env_script_example and not cell.env_script:
         yield ctx.violation(
-            "env_script", "the DTK env.sh (e.g. /opt/dtk/env.sh)", "empty",
+            "env_script", f"the {spec.title} env.sh (e.g. {spec.env_script_example})", "empty",
             "set env_script: every build step and the entrypoint must source it",
         )
-    if cell.platform != "cpu" and not cell.platform_version:
+    if spec.version_example and not cell.platform_version:
         yield ctx.violation(
-            "platform_version", f"the {cell.platform} version (e.g. 26.04, 6.4, 12.8)", "empty",
-            "set platform_version so wheel labels can be checked against it",
+            "platform_version", f"the {cell.platform} version (e.g. {spec.version_example})",
+            "empty", "set platform_version so wheel labels can be checked against it",
         )
     lld = cell.env.get(_LLD_ENV)
     if lld is not None and not lld.endswith("/ld.lld"):
@@ -199,17 +201,19 @@ def _stack_overlaps(ctx: Context) -> Iterator[Violation]:
 
 def _base(ctx: Context) -> Iterator[Violation]:
     cell = ctx.cell
-    ref = parse_base_reference(cell.base.image) if cell.base.image else None
+    ref = platforms.base_tag(cell.base.image) if cell.base.image else None
     if ref is None:
         return
-    if not cell.is_dtk:
+    if ref.platform != cell.platform:
+        made_for = platforms.get(ref.platform).titled(ref.version)
         yield ctx.violation("base.image", f"a {platform_name(cell)} base",
-                            f"a DTK {ref.dtk} base ({cell.base.image})",
+                            f"a {made_for} base ({cell.base.image})",
                             "use a base for this cell's platform")
         return
-    if ref.dtk != cell.platform_version:
-        yield ctx.violation("base.image", f"dtk{cell.platform_version} in the tag",
-                            f"dtk{ref.dtk}", "use the base tag of this cell's DTK release")
+    if ref.version != cell.platform_version:
+        yield ctx.violation("base.image", f"{ref.platform}{cell.platform_version} in the tag",
+                            f"{ref.platform}{ref.version}",
+                            f"use the base tag of this cell's {cell.spec.title} release")
     python = _dotted_python(cell.python)
     if python is not None and ref.python != python:
         yield ctx.violation("base.image", f"py{python} in the tag", f"py{ref.python}",

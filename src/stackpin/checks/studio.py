@@ -17,6 +17,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from stackpin import platforms
 from stackpin.checks.context import Context, Violation
 from stackpin.matrix import Cell
 from stackpin.servicespec import ServiceBlocker
@@ -24,8 +25,6 @@ from stackpin.servicespec import ServiceBlocker
 # unsloth 2025.10.12's wheel has no studio/ folder and 2026.10.9's has: the oldest release
 # this project checked to ship Studio (../shared/studio-facts.md).
 STUDIO_SINCE = Version("2026.10.9")
-# The platforms the product must reach (issue 21); CPU and CUDA cells may be tool images.
-_PRODUCT_PLATFORMS = ("dtk", "rocm")
 
 
 def _declared(ctx: Context) -> Iterator[Violation]:
@@ -35,16 +34,20 @@ def _declared(ctx: Context) -> Iterator[Violation]:
             "service_blocked", "either [service] or [service_blocked]", "both",
             "remove [service_blocked]: the cell serves Studio",
         )
-    elif cell.service is None and cell.service_blocked is None and (
-        cell.platform in _PRODUCT_PLATFORMS
-    ):
+    # The platforms the product must reach (issue 21) say so in their spec; the other
+    # platforms' cells may be tool images.
+    elif cell.service is None and cell.service_blocked is None and cell.spec.serves_product:
         # A warning: a tool image is a valid cell; the shipped matrices are held to the
         # product by a test (tests/unit/test_studio_cells.py).
         yield ctx.violation(
-            "service", "[service] (Unsloth Studio) on every DTK and ROCm cell", "none",
+            "service", f"[service] (Unsloth Studio) on every {_product_titles()} cell", "none",
             "declare [service], or [service_blocked] with the requirement that blocks Studio",
             severity="warning",
         )
+
+
+def _product_titles() -> str:
+    return " and ".join(s.title for s in platforms.specs() if s.serves_product)
 
 
 def _studio_pinned(ctx: Context) -> Iterator[Violation]:

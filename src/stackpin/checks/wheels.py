@@ -9,17 +9,11 @@ from collections.abc import Callable, Iterator
 
 from packaging.version import InvalidVersion, Version
 
+from stackpin import platforms
 from stackpin.abi import WheelInfo, cpython_version, platform_fits, python_tag_fits
-from stackpin.checks.context import (
-    PLATFORM_NAMES,
-    Context,
-    Severity,
-    Violation,
-    Wheel,
-    platform_name,
-)
+from stackpin.checks.context import Context, Severity, Violation, Wheel, platform_name
 from stackpin.errors import ValidationError
-from stackpin.matrix import Cell
+from stackpin.platforms.spec import filled
 
 # --- wheel filenames and tags -----------------------------------------------------------
 
@@ -93,14 +87,11 @@ def _label_versions(ctx: Context) -> Iterator[Violation]:
 def _label_builds(info: WheelInfo) -> list[tuple[str, str]]:
     """(platform, description) for every platform the label says the wheel is built for."""
     builds: list[tuple[str, str]] = []
-    if info.vendor == "das":
-        builds.append(("dtk", f"a DTK {info.dtk or '(version not named)'} build"))
-    if info.rocm is not None:
-        builds.append(("rocm", f"a ROCm {info.rocm} build"))
-    if info.cuda is not None:
-        builds.append(("cuda", f"a CUDA {info.cuda} build"))
-    if info.cpu:
-        builds.append(("cpu", "a CPU-only build"))
+    for spec in platforms.specs():
+        if spec.name in info.builds:
+            version = info.builds[spec.name] or "(version not named)"
+            builds.append((spec.name, spec.label.build.format(title=spec.title,
+                                                               version=version)))
     return builds
 
 
@@ -117,15 +108,16 @@ def _foreign_label(ctx: Context, wheel: Wheel, info: WheelInfo) -> Iterator[Viol
             f"{description} (label {info.local})",
             f"choose the {info.dist} wheel built for {platform_name(cell)}",
         )
-    if cell.is_dtk and info.dtk is None and not foreign:
-        # An unlabelled attention wheel cannot be a DTK build; other vendor wheels may
+    rule = cell.spec.vendor_labels
+    if rule is not None and info.names_version(cell.platform) is None and not foreign:
+        # An unlabelled attention wheel cannot be a vendor build; other vendor wheels may
         # carry their own naming, so those only get a warning.
         severity: Severity = "error" if wheel.path == "attention" else "warning"
         yield ctx.violation(
             f"{wheel.path}.filename",
-            f"a DAS build for DTK {cell.platform_version} (+das...dtk{_compact_dtk(cell)})",
+            filled(rule.expected, cell.platform_version),
             f"label {info.local}" if info.local else "no local label",
-            f"choose the {info.dist} wheel from the DTK {cell.platform_version} release",
+            filled(rule.fix, cell.platform_version, dist=info.dist),
             severity,
         )
 
@@ -134,17 +126,17 @@ def _platform_version_in_label(
     ctx: Context, wheel: Wheel, info: WheelInfo
 ) -> Iterator[Violation]:
     cell = ctx.cell
-    named = {"dtk": info.dtk, "rocm": info.rocm, "cuda": info.cuda}.get(cell.platform)
+    spec = cell.spec
+    named = info.names_version(cell.platform) if spec.label.version_token else None
     if named is None or not cell.platform_version:
         return
     # DTK must match exactly (24.04.3 is not 24.04); CUDA/ROCm labels may name only the
     # major (upstream FlashAttention's cu12), so compare the components they give.
-    exact = cell.is_dtk
     if named == cell.platform_version or (
-        not exact and _prefix_equal(named, cell.platform_version)
+        not spec.label.exact_version and _prefix_equal(named, cell.platform_version)
     ):
         return
-    name = PLATFORM_NAMES[cell.platform]
+    name = spec.title
     yield ctx.violation(
         f"{wheel.path}.filename",
         f"{name} {cell.platform_version}",
@@ -183,28 +175,23 @@ def _torch_in_label(ctx: Context, wheel: Wheel, info: WheelInfo) -> Iterator[Vio
 def _torch_build(ctx: Context) -> Iterator[Violation]:
     """The torch wheel's label must name the cell's platform (facts: public torch has no DCU)."""
     info, cell = ctx.torch, ctx.cell
-    if info is None:
+    if info is None or _torch_label_fits(info, cell.spec):
         return
     found = f"torch {info.version}" + ("" if info.local else " (no local label)")
-    expected, fix = "", ""
-    if cell.is_dtk and info.dtk is None:
-        expected = (
-            f"a DAS vendor torch for DTK {cell.platform_version} "
-            f"(+das...dtk{_compact_dtk(cell)})"
-        )
-        fix = ("pin the vendor torch from the DTK release (wheels/vendor/); "
-               "the public index torch has no DCU backend")
-    elif cell.platform == "rocm" and (info.rocm is None or info.vendor != "rocm"):
-        expected = f"torch built for ROCm {cell.platform_version} (+rocm{cell.platform_version})"
-        fix = f"pin torch from the PyTorch index for ROCm {cell.platform_version}"
-    elif cell.platform == "cpu" and (not info.cpu or info.vendor is not None):
-        expected = "a CPU-only torch (+cpu)"
-        fix = "pin torch from the PyTorch CPU index (download.pytorch.org/whl/cpu)"
-    elif cell.platform == "cuda" and (info.vendor not in (None, "cuda") or info.cpu):
-        expected = "a CUDA torch (+cuXXX or no label)"
-        fix = "pin a CUDA build of torch from the public index"
-    if expected:
-        yield ctx.violation("torch.filename", expected, found, fix)
+    rule = cell.spec.torch
+    yield ctx.violation("torch.filename", filled(rule.expected, cell.platform_version), found,
+                        filled(rule.fix, cell.platform_version))
+
+
+def _torch_label_fits(info: WheelInfo, spec: platforms.PlatformSpec) -> bool:
+    rule = spec.torch
+    if rule.names_version and info.names_version(spec.name) is None:
+        return False
+    if rule.marks and spec.name not in info.builds:
+        return False
+    if rule.vendors and (info.vendor or "") not in rule.vendors:
+        return False
+    return not any(other in info.builds for other in rule.forbids)
 
 
 def _cxx11abi(ctx: Context) -> Iterator[Violation]:
@@ -241,10 +228,6 @@ def _prefix_equal(named: str, full: str) -> bool:
         return named == full
     long = long + (0,) * max(0, len(short) - len(long))
     return short == long[: len(short)]
-
-
-def _compact_dtk(cell: Cell) -> str:
-    return cell.platform_version.replace(".", "")
 
 
 # In the order they report.

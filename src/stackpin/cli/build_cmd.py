@@ -2,72 +2,25 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import click
 
-from stackpin import __version__
-from stackpin.bootstrap import ensure_base
-from stackpin.build import execute, plan, preflight, stage, vet_cell
-from stackpin.bundle.source import load_bundled_base, recorded_commit
-from stackpin.cache import cache_dir
+from stackpin import session
+from stackpin.build import execute, plan, stage
 from stackpin.cli.common import (
+    ENGINE,
     ExistingPath,
-    F,
-    builder_option,
+    build_options,
     cell_argument,
     echo_json,
     json_option,
     project_layout,
+    say_builder,
     variant_option,
 )
 from stackpin.cli.progress import StepProgress
-from stackpin.engine.builders import BuilderChoice, select_builder
 from stackpin.engine.buildx import buildx_version
-from stackpin.engine.docker_api import DockerEngine
-from stackpin.target import LABEL_SOURCE_COMMIT, LABEL_VERSION, resolve
-
-
-def source_commit(root: Path) -> str:
-    """HEAD of the checkout, '+dirty' when tracked files differ; outside git, the commit a
-    bundle folder records (SOURCE_COMMIT), else 'unknown'."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        # A --with-wheels bundle is a project without git: it records its images' commit.
-        return recorded_commit(root) or "unknown"
-    return f"{head}+dirty" if dirty else head
-
-
-def provenance_labels(root: Path) -> dict[str, str]:
-    commit = source_commit(root)
-    return {
-        "org.opencontainers.image.revision": commit,
-        LABEL_SOURCE_COMMIT: commit,
-        LABEL_VERSION: __version__,
-    }
-
-
-def builder_for(engine: DockerEngine, requested: str) -> BuilderChoice:
-    """The builder this engine and the docker CLI give for --builder (one line says which)."""
-    choice = select_builder(requested, report=engine.report(), buildx=buildx_version())
-    click.echo(f"builder: {choice.builder} ({choice.reason})", err=True)
-    return choice
-
-
-def build_options(func: F) -> F:
-    """--builder and -v: which builder runs and how much of it is shown (build, rebuild)."""
-    verbose = click.option("-v", "--verbose", is_flag=True,
-                           help="Print every build line, not just steps.")
-    return builder_option(verbose(func))
 
 
 @click.command(name="build")
@@ -101,30 +54,26 @@ def command(cell_id: str, variant: str, no_cache: bool, base_tar: Path | None,
     stackpin/CELL:VARIANT-<lock digest 12 hex> and stackpin/CELL:VARIANT. The full log
     is saved under build/logs/CELL-VARIANT.log.
     """
-    layout = project_layout()
-    root = layout.root
-    targets = resolve(layout, cell_id, variant, vet=vet_cell)
-    preflight(targets[0])
-    provenance = provenance_labels(root)
+    prepared = session.prepare(project_layout(), cell_id, variant)
+    root = prepared.layout.root
     if prepare_only:
-        for target in targets:
-            build_plan = plan(target, no_cache=no_cache, provenance=provenance)
+        for target in prepared.targets:
+            build_plan = plan(target, no_cache=no_cache, provenance=dict(prepared.provenance))
             stage(build_plan, root)
             tags = ", ".join(build_plan.request.tags)
             click.echo(f"context: {build_plan.context_dir}/ (tags {tags})")
         return
     progress = StepProgress(verbose=verbose)
     records = []
-    with DockerEngine.connect() as engine:
-        if offline:
-            load_bundled_base(engine, targets[0].cell, root, on_line=progress)
-        base = ensure_base(engine, targets[0].cell, cache_dir=cache_dir(), base_tar=base_tar,
-                           on_line=progress)
-        choice = builder_for(engine, builder)
-        for target in targets:
-            build_plan = plan(target, no_cache=no_cache, provenance=provenance, builder=choice)
-            record = execute(engine, build_plan, root=root, base_id=base.image_id,
-                             on_line=progress, normalize=not no_normalize)
+    with ENGINE.open() as engine:
+        started = session.start(engine, prepared, requested_builder=builder,
+                                buildx=buildx_version(), base_tar=base_tar, offline=offline,
+                                on_line=progress)
+        say_builder(started.builder)
+        for target in prepared.targets:
+            record = execute(engine, started.plan(target, no_cache=no_cache), root=root,
+                             base_id=started.base_id, on_line=progress,
+                             normalize=not no_normalize)
             progress.done()
             records.append(record)
             if not as_json:

@@ -17,34 +17,22 @@ from stackpin.bundle import load as loading
 from stackpin.bundle import verify as verifying
 from stackpin.cli.common import (
     DEFAULT_CELL,
+    ENGINE,
     ExistingPath,
-    F,
     cells_argument,
     echo_json,
     json_option,
     output_folder,
     project_layout,
+    trust_options,
     variant_option,
 )
 from stackpin.cli.progress import ByteProgress
-from stackpin.engine.docker_api import DockerEngine
 from stackpin.errors import BundleError
 from stackpin.target import Layout, resolve_many
 from stackpin.untrusted import read_bounded, shown
 
 _SOURCE = ExistingPath("either")
-
-
-def _trust_options(func: F) -> F:
-    """--pubkey and --insecure-unsigned, declared once for inspect, verify and load."""
-    func = click.option(
-        "--insecure-unsigned", is_flag=True,
-        help=f"Skip the signature check (also {trust.INSECURE_ENV}=1); every line then says "
-             "so. Only for bundles from a source you trust by other means.")(func)
-    return click.option(
-        "--pubkey", type=ExistingPath("file"),
-        help=f"The signer's stackpin.pub. Default: ${trust.PUBKEY_ENV}, else "
-             f"{trust.SITE_TRUST_FILE}. Without a trusted key the bundle is refused.")(func)
 
 
 def _site(pubkey: Path | None, insecure_unsigned: bool) -> trust.Trust:
@@ -128,7 +116,7 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
     previous = signal.signal(signal.SIGTERM, _interrupt_on_term)
     started = time.monotonic()
     try:
-        with DockerEngine.connect() as engine:
+        with ENGINE.open() as engine:
             result = exporting.export(engine, request, on_line=_echo, meter=ByteProgress())
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -157,7 +145,7 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
 
 @command.command(name="inspect")
 @click.argument("source", type=_SOURCE)
-@_trust_options
+@trust_options
 @json_option
 def inspect(source: Path, pubkey: Path | None, insecure_unsigned: bool, as_json: bool) -> None:
     """Show a bundle's manifest (images, inputs, files) once its signature verified.
@@ -181,7 +169,7 @@ def inspect(source: Path, pubkey: Path | None, insecure_unsigned: bool, as_json:
 
 @command.command(name="verify")
 @click.argument("source", type=_SOURCE)
-@_trust_options
+@trust_options
 @json_option
 def verify(source: Path, pubkey: Path | None, insecure_unsigned: bool, as_json: bool) -> None:
     """Check the signature (against the site's key), every file and the file list.
@@ -200,12 +188,12 @@ def verify(source: Path, pubkey: Path | None, insecure_unsigned: bool, as_json: 
 
 @command.command(name="load")
 @click.argument("source", type=_SOURCE)
-@_trust_options
+@trust_options
 @json_option
 def load(source: Path, pubkey: Path | None, insecure_unsigned: bool, as_json: bool) -> None:
     """Verify the bundle completely, then load its images and confirm their IDs."""
     site = _site(pubkey, insecure_unsigned)
-    with DockerEngine.connect() as engine:
+    with ENGINE.open() as engine:
         report = loading.load(engine, source, site=site, meter=ByteProgress(),
                               on_line=lambda line: _say(site, line, err=True))
     if as_json:

@@ -1,4 +1,6 @@
-"""Options and helpers shared by the verbs: each option is declared here, once."""
+"""Options and helpers shared by the verbs: each option is declared here, once, and the
+engine every verb talks to is reached through one seam (``ENGINE``) that the unit tests
+fill with the shared fake (tests/fake_engine.py)."""
 
 from __future__ import annotations
 
@@ -6,18 +8,45 @@ import json
 import os
 import stat
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import click
 
-from stackpin.engine.builders import BUILDER_CHOICES
-from stackpin.matrix import Cell, load_cells
+from stackpin import platforms
+from stackpin.bundle import trust
+from stackpin.engine import Engine
+from stackpin.engine.builders import BUILDER_CHOICES, BuilderChoice
+from stackpin.matrix import VARIANTS, Cell
+from stackpin.matrixfile import load_cells
+from stackpin.servicespec import Service
 from stackpin.target import Layout, variant_choices
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_CELL = "cpu-bookworm-torch2130-py311"
+
+
+class EngineSeam:
+    """How a verb reaches its engine: the Docker daemon (as the docker CLI finds it), or
+    what a test put in ``factory``. Opened inside a ``with``; closed when it ends."""
+
+    def __init__(self) -> None:
+        self.factory: Callable[[], AbstractContextManager[Engine]] = _docker
+
+    def open(self) -> AbstractContextManager[Engine]:
+        return self.factory()
+
+
+def _docker() -> AbstractContextManager[Engine]:
+    # Imported here: docker-py loads only for verbs that reach a daemon.
+    from stackpin.engine.docker_api import DockerEngine
+
+    return DockerEngine.connect()
+
+
+ENGINE = EngineSeam()
 
 
 def project_root() -> Path:
@@ -64,6 +93,46 @@ def builder_option(func: F) -> F:
         help="auto prefers BuildKit (the daemon's, through docker buildx) and falls back to "
              "the classic builder where there is none; buildkit refuses to fall back.",
     )(func)
+
+
+def build_options(func: F) -> F:
+    """--builder and -v: which builder runs and how much of it is shown (build, rebuild)."""
+    verbose = click.option("-v", "--verbose", is_flag=True,
+                           help="Print every build line, not just steps.")
+    return builder_option(verbose(func))
+
+
+def say_builder(choice: BuilderChoice) -> None:
+    """The one line that says which builder runs and why (build, rebuild)."""
+    click.echo(f"builder: {choice.builder} ({choice.reason})", err=True)
+
+
+def trust_options(func: F) -> F:
+    """--pubkey and --insecure-unsigned: the site's key for a bundle (inspect, verify, load)."""
+    func = click.option(
+        "--insecure-unsigned", is_flag=True,
+        help=f"Skip the signature check (also {trust.INSECURE_ENV}=1); every line then says "
+             "so. Only for bundles from a source you trust by other means.")(func)
+    return click.option(
+        "--pubkey", type=ExistingPath("file"),
+        help=f"The signer's stackpin.pub. Default: ${trust.PUBKEY_ENV}, else "
+             f"{trust.SITE_TRUST_FILE}. Without a trusted key the bundle is refused.")(func)
+
+
+def service_ports() -> str:
+    """The declared ports of the service, by variant: 'stable 18888, enhanced 18887'."""
+    return ", ".join(f"{v} {Service().endpoint(v).port}" for v in VARIANTS)
+
+
+def devices_help() -> str:
+    """How the platforms with cards are told which to use, from their specs:
+    'HIP_VISIBLE_DEVICES on DTK and ROCm, CUDA_VISIBLE_DEVICES on CUDA'."""
+    by_variable: dict[str, list[str]] = {}
+    for spec in platforms.specs():
+        if spec.visibility_env:
+            by_variable.setdefault(spec.visibility_env, []).append(spec.title)
+    return ", ".join(f"{variable} on {' and '.join(titles)}"
+                     for variable, titles in by_variable.items())
 
 
 def json_option(func: F) -> F:

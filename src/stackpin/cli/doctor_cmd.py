@@ -8,10 +8,9 @@ from pathlib import Path
 
 import click
 
-from stackpin.cli.common import echo_json, json_option
+from stackpin.cli.common import ENGINE, echo_json, json_option
 from stackpin.doctor import Diagnosis
 from stackpin.engine.buildx import buildx_version
-from stackpin.engine.docker_api import DockerEngine
 from stackpin.engine.types import EngineReport
 from stackpin.errors import HostEnvironmentError
 
@@ -23,7 +22,7 @@ def command(as_json: bool) -> None:
 
     Exits 8 with one line per problem when the combination cannot work.
     """
-    with DockerEngine.connect() as engine:
+    with ENGINE.open() as engine:
         report = engine.report()
     diagnosis = Diagnosis(report=report, buildx=buildx_version(), disk_free=local_disk_free(report))
     if as_json:

@@ -9,9 +9,8 @@ from pathlib import Path
 import click
 
 from stackpin.build import read_record
-from stackpin.cli.common import echo_json, json_option, project_root
+from stackpin.cli.common import ENGINE, echo_json, json_option, project_root
 from stackpin.engine import ImageInfo
-from stackpin.engine.docker_api import DockerEngine
 from stackpin.matrix import Variant
 from stackpin.target import (
     LABEL_CELL,
@@ -85,7 +84,7 @@ def command(as_json: bool) -> None:
     apt list was left in a layer.
     """
     root = project_root()
-    with DockerEngine.connect() as engine:
+    with ENGINE.open() as engine:
         rows = [
             image_row(info, _record_of(root, info))
             for info in built_images(engine.list_images(LABEL_CELL))

@@ -20,14 +20,9 @@ from stackpin.cli.common import (
 from stackpin.declared import Problem
 from stackpin.errors import ConfigurationError, ValidationError
 from stackpin.lock import read_lock, stale_reason
-from stackpin.matrix import (
-    Cell,
-    decode_matrix_lenient,
-    json_schema,
-    parse_toml,
-    reference_rows,
-)
+from stackpin.matrix import Cell, json_schema, reference_rows
 from stackpin.matrix_safety import duplicate_ids
+from stackpin.matrixfile import decode_matrix_lenient, parse_toml
 from stackpin.resolve import Pip, ResolutionFailed, resolution_key, resolve_cell
 
 

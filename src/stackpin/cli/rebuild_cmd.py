@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import click
 
-from stackpin.bootstrap import ensure_base
-from stackpin.build import plan, preflight, vet_cell
-from stackpin.cache import cache_dir
-from stackpin.cli.build_cmd import build_options, builder_for, provenance_labels
+from stackpin import session
 from stackpin.cli.common import (
+    ENGINE,
+    build_options,
     cell_argument,
     echo_json,
     json_option,
     project_layout,
+    say_builder,
     variant_option,
 )
 from stackpin.cli.progress import StepProgress
-from stackpin.engine.docker_api import DockerEngine
+from stackpin.engine.buildx import buildx_version
 from stackpin.errors import VerificationError
 from stackpin.rebuild import RebuildReport, check_rebuild, differing_paths, report_lines
-from stackpin.target import resolve
 
 
 @click.command(name="rebuild")
@@ -50,25 +49,20 @@ def command(cell_id: str, check: bool, variant: str, use_cache: bool, image_ref:
     if not check:
         msg = "only --check is implemented; to rebuild for use, run `stackpin build --no-cache`"
         raise click.UsageError(msg)
-    layout = project_layout()
-    root = layout.root
-    targets = resolve(layout, cell_id, variant, vet=vet_cell)
-    cell = targets[0].cell
-    if image_ref and len(targets) != 1:
-        choices = ", ".join(cell.variants)
+    prepared = session.prepare(project_layout(), cell_id, variant)
+    if image_ref and len(prepared.targets) != 1:
+        choices = ", ".join(prepared.targets[0].cell.variants)
         msg = f"--image names one image; pick its variant with --variant ({choices})"
         raise click.UsageError(msg)
-    preflight(targets[0])
-    provenance = provenance_labels(root)
     progress = StepProgress(verbose=verbose)
     reports: list[RebuildReport] = []
-    with DockerEngine.connect() as engine:
-        base = ensure_base(engine, cell, cache_dir=cache_dir(), on_line=progress)
-        choice = builder_for(engine, builder)
-        for target in targets:
-            build_plan = plan(target, no_cache=not use_cache, provenance=provenance,
-                              builder=choice)
-            report = check_rebuild(engine, build_plan, root=root, base_id=base.image_id,
+    with ENGINE.open() as engine:
+        started = session.start(engine, prepared, requested_builder=builder,
+                                buildx=buildx_version(), on_line=progress)
+        say_builder(started.builder)
+        for target in prepared.targets:
+            report = check_rebuild(engine, started.plan(target, no_cache=not use_cache),
+                                   root=prepared.layout.root, base_id=started.base_id,
                                    on_line=progress, no_cache=not use_cache,
                                    existing_ref=image_ref)
             progress.done()

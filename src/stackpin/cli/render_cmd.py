@@ -8,7 +8,7 @@ import click
 
 from stackpin import __version__
 from stackpin.cli.common import cell_argument, output_folder, project_layout, variant_option
-from stackpin.context import write_rendered
+from stackpin.context import read_sources, write_rendered
 from stackpin.engine.builders import Builder
 from stackpin.render import Rendered, RenderRequest, render
 from stackpin.target import Layout, load_cell, optional_lock, selected_variants
@@ -25,7 +25,7 @@ def render_cell(cell_id: str, variant: str, layout: Layout, *,
             cell=cell,
             variant=chosen,
             lock=optional_lock(layout, cell),
-            templates_dir=layout.templates,
+            sources=read_sources(layout.templates),
             stackpin_version=__version__,
             builder=builder,
             installer=load_installer(layout.root),

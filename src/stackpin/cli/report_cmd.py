@@ -6,12 +6,14 @@ from pathlib import Path
 
 import click
 
+from stackpin import comparison
 from stackpin import grid as gridlib
 from stackpin import reports as reportlib
 from stackpin.cli.common import ExistingPath, project_root
 from stackpin.errors import ConfigurationError, VerificationError
 from stackpin.lock import write_text_atomic
-from stackpin.matrix import Cell, load_cells
+from stackpin.matrix import Cell
+from stackpin.matrixfile import load_cells
 
 
 def _report_files(paths: tuple[Path, ...]) -> list[Path]:
@@ -67,8 +69,8 @@ def grid(reports: tuple[Path, ...], out_dir: Path, baseline: Path | None, thresh
     result = reportlib.build_grid(rows, _cells(cells_from))
     if baseline is not None:
         old_path = baseline / "grid.json"
-        old = reportlib.parse_baseline(str(old_path), reportlib.read_document(old_path))
-        result = reportlib.compare(result, old, source=str(baseline), threshold=threshold)
+        old = comparison.parse_baseline(str(old_path), reportlib.read_document(old_path))
+        result = comparison.compare(result, old, source=str(baseline), threshold=threshold)
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, text in gridlib.render_all(result).items():
         write_text_atomic(out_dir / name, text)

@@ -7,8 +7,15 @@ from pathlib import Path
 
 import click
 
-from stackpin.cli.common import cell_argument, json_option, project_layout, variant_option
-from stackpin.engine.docker_api import DockerEngine
+from stackpin.cli.common import (
+    ENGINE,
+    cell_argument,
+    devices_help,
+    json_option,
+    project_layout,
+    service_ports,
+    variant_option,
+)
 from stackpin.errors import HostEnvironmentError, VerificationError
 from stackpin.matrix import Variant
 from stackpin.service import plan, require_free_port, wait_healthy
@@ -17,9 +24,9 @@ from stackpin.target import resolve
 
 @click.command(name="serve")
 @cell_argument
-@variant_option(allow_all=False, help="Which image's service (stable 18888, enhanced 18887).")
+@variant_option(allow_all=False, help=f"Which image's service ({service_ports()}).")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
-              help="Host port on 127.0.0.1 (default: the variant's: 18888 stable, 18887 enhanced).")
+              help=f"Host port on 127.0.0.1 (default: the variant's: {service_ports()}).")
 @click.option("--models", "models_dir", type=click.Path(path_type=Path), default=Path("models"),
               show_default=True, help="Folder of model folders, mounted read-only.")
 @click.option("--state", "state_dir", type=click.Path(path_type=Path), default=None,
@@ -27,8 +34,8 @@ from stackpin.target import resolve
 @click.option("--timeout", "timeout_s", type=click.IntRange(1), default=None,
               help="Seconds to wait for a healthy answer (default: the cell's ready_timeout).")
 @click.option("--devices", default=None, metavar="LIST",
-              help="Cards the service may use, e.g. 0,1 (HIP_VISIBLE_DEVICES on DTK/ROCm, "
-                   "CUDA_VISIBLE_DEVICES on CUDA); default: the cell's [run] visible_devices.")
+              help=f"Cards the service may use, e.g. 0,1 ({devices_help()}); default: the "
+                   "cell's [run] visible_devices.")
 @click.option("--no-devices", is_flag=True,
               help="Run without the cell's device flags, on a host with no card: Studio "
                    "starts on unsloth's CPU fallback (slow; for trying the image, not for "
@@ -55,7 +62,7 @@ def command(cell_id: str, variant: Variant, port: int | None, models_dir: Path,
                  port=port, timeout_s=timeout_s, devices=devices, no_devices=no_devices)
     require_free_port(next(iter(serve.request.ports.values())))
     state.mkdir(parents=True, exist_ok=True)
-    with DockerEngine.connect() as engine:
+    with ENGINE.open() as engine:
         if engine.image_info(image) is None:
             msg = f"image {image} is not built: run 'stackpin build {cell.id} --variant {variant}'"
             raise HostEnvironmentError(msg)
@@ -63,7 +70,7 @@ def command(cell_id: str, variant: Variant, port: int | None, models_dir: Path,
             say = (lambda _line: None) if as_json else click.echo
             say(f"serve: starting {image} (waiting up to {serve.timeout_s}s for "
                 f"{serve.health_url})")
-            if no_devices and cell.platform != "cpu":
+            if no_devices and cell.spec.accelerator:
                 say(f"serve: --no-devices: no {cell.platform} card is passed; Studio runs on "
                     "unsloth's CPU fallback")
             wait_healthy(serve.health_url, timeout_s=serve.timeout_s,

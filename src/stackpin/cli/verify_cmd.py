@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import click
 
 from stackpin.cli.common import (
+    ENGINE,
     ExistingPath,
     cell_argument,
     echo_json,
@@ -16,13 +16,11 @@ from stackpin.cli.common import (
     project_layout,
     variant_option,
 )
-from stackpin.engine.docker_api import DockerEngine
-from stackpin.errors import HostEnvironmentError, VerificationError
-from stackpin.reports import diff_reports, is_regression, read_report
+from stackpin.comparison import diff_reports, is_regression
+from stackpin.errors import VerificationError
+from stackpin.reports import read_report
 from stackpin.target import resolve
-from stackpin.verification import verify_request, write_verified
-
-SUITE_TIMEOUT_S = 1800
+from stackpin.verification import run_suite
 
 
 class _VerifyGroup(click.Group):
@@ -67,34 +65,17 @@ def run(cell_id: str, variant: str, levels: str, dtype: str, no_devices: bool,
     cell = targets[0].cell
     failed: list[str] = []
     summaries = []
-    with DockerEngine.connect() as engine:
+    with ENGINE.open() as engine:
         for target in targets:
-            name, image = target.variant, target.tags[0]
-            info = engine.image_info(image)
-            if info is None:
-                msg = f"image {image} is not built: run 'stackpin build {cell.id} --variant {name}'"
-                raise HostEnvironmentError(msg)
-            out_dir = target.report_dir
-            if out_dir.exists():
-                shutil.rmtree(out_dir)
-            out_dir.mkdir(parents=True)
-            request = verify_request(cell, image, out_dir=out_dir.resolve(), levels=levels,
-                                     dtype=dtype, devices=not no_devices)
-            result = engine.run_to_completion(request, timeout_s=SUITE_TIMEOUT_S)
-            if not (out_dir / "report.json").exists():
-                msg = (f"the suite wrote no report in {image} (exit {result.exit_code}): "
-                       f"{result.logs.strip().splitlines()[-1:] or ['no output']}")
-                raise VerificationError(msg)
-            report = read_report(out_dir / "report.json")
-            write_verified(target, info.id)
-            summaries.append({"cell": cell.id, "variant": name, "image": image,
-                              "report": str(out_dir / "report.json"),
-                              "summary": report["summary"]})
+            run = run_suite(engine, target, levels=levels, dtype=dtype, devices=not no_devices)
+            summaries.append(run.summary())
             if not as_json:
-                click.echo(result.stdout.rstrip())
-                click.echo(f"verify: {image}: reports in {out_dir}/ (report.json, report.xml)")
-            if result.exit_code != 0:
-                failed.append(f"{name} ({report['summary']['required_failed']} required failed)")
+                click.echo(run.result.stdout.rstrip())
+                click.echo(f"verify: {run.image}: reports in {target.report_dir}/ "
+                           "(report.json, report.xml)")
+            if not run.passed:
+                required = run.report["summary"]["required_failed"]
+                failed.append(f"{target.variant} ({required} required failed)")
     if as_json:
         echo_json(summaries)
     if failed:

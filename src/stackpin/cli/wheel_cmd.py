@@ -9,9 +9,6 @@ import click
 from stackpin.abi import WheelInfo, parse_wheel_filename
 from stackpin.cli.common import echo_json, json_option
 
-_FIELDS = ("dist", "version", "local", "python_tag", "abi_tag", "platform_tag", "glibc",
-           "vendor", "dtk", "torch", "cuda", "rocm", "cxx11abi")
-
 
 @click.group(name="wheel")
 def command() -> None:
@@ -40,9 +37,10 @@ def inspect(wheels: tuple[str, ...], as_json: bool) -> None:
 
 def _print(info: WheelInfo) -> None:
     click.echo(info.filename)
-    data = info.to_json()
-    for key in _FIELDS:
-        if data[key] is not None:
-            click.echo(f"  {key:13} {data[key]}")
+    # Every fact of the JSON form that the name states (one key per platform whose label
+    # names a version: stackpin.platforms), in that order.
+    for key, value in info.to_json().items():
+        if value is not None and key not in ("filename", "unknown_tokens"):
+            click.echo(f"  {key:13} {value}")
     if info.unknown_tokens:
         click.echo(f"  {'unknown':13} {' '.join(info.unknown_tokens)} (kept, not understood)")

@@ -44,6 +44,8 @@ RUN /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline --no
 # Guard: the build fails here, not at the site, when pip installed anything but the pins
 # (pip check inside, less the requirements the cell drops by name in the matrix).
 COPY stackpin/ /opt/stackpin/
+# The vendor boundary by verify's own rule (L0.boundary's): one file, beside the guard.
+COPY verify/stackpin_verify/boundary.py /opt/stackpin/boundary.py
 RUN /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
         --python cp312 --torch 2.5.0+cu991 --numpy '>=1.26,<3' \
         --boundary /opt/stackpin/image.json \

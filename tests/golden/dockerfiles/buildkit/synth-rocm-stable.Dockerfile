@@ -57,11 +57,13 @@ RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
 
 # Guard: the build fails here, not at the site, when pip installed anything but the pins
 # (pip check inside, less the requirements the cell drops by name in the matrix).
-# The build files and verify/ are copied by RUN, not COPY, so the clamp covers them too.
+# The build files and verify/ are copied by RUN, not COPY, so the clamp covers them too;
+# the vendor boundary is verify's own rule (L0.boundary's): one file, beside the guard.
 RUN --mount=type=bind,source=stackpin,target=/tmp/context/stackpin \
     --mount=type=bind,source=verify,target=/tmp/context/verify \
     --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
     t0=$(date +%s%N) && cp -a /tmp/context/stackpin/. /opt/stackpin/ \
+    && cp /tmp/context/verify/stackpin_verify/boundary.py /opt/stackpin/boundary.py \
     && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
         --python cp312 --torch 2.5.0+rocm9.9 --numpy '>=1.26,<3' \
         --boundary /opt/stackpin/image.json \

@@ -1,0 +1,50 @@
+"""AMD GPUs with ROCm (HIP): torch from the PyTorch ROCm index, labelled ``+rocm6.4``.
+
+HIP builds keep the torch.cuda API but report their backend as rocm; HIP reads
+HIP_VISIBLE_DEVICES; /dev/kfd and /dev/dri; like DTK, a stop waits for /dev/kfd.
+"""
+
+from __future__ import annotations
+
+from stackpin.platforms.spec import (
+    PlatformSpec,
+    Probe,
+    RunDefaults,
+    TokenPattern,
+    TorchRule,
+    WheelLabel,
+)
+
+SPEC = PlatformSpec(
+    name="rocm",
+    title="ROCm",
+    description="AMD GPUs with ROCm (HIP)",
+    version_example="6.4",
+    label=WheelLabel(
+        tokens=(TokenPattern(kind="rocm", pattern=r"rocm(?P<v>\d{1,2}(?:\.\d{1,2}){1,2})(?!\d)"),),
+        rank=1,
+        version_token="rocm",
+        vendor="rocm",
+    ),
+    torch=TorchRule(
+        expected="torch built for ROCm {version} (+rocm{version})",
+        fix="pin torch from the PyTorch index for ROCm {version}",
+        names_version=True,
+        vendors=("rocm",),
+    ),
+    serves_product=True,
+    visibility_env="HIP_VISIBLE_DEVICES",
+    device_hint="/dev/kfd, /dev/dri (and /dev/mkfd)",
+    run_defaults=RunDefaults(devices=("/dev/kfd", "/dev/dri"), group_add=("video",),
+                             shm_size="16g"),
+    backend="rocm",
+    collective="nccl",  # RCCL underneath
+    probes=(
+        Probe(kind="node", target="/dev/kfd", passed="device: /dev/kfd",
+              failed="device: /dev/kfd is missing (driver not loaded?)"),
+        Probe(kind="node", target="/dev/dri", passed="device: /dev/dri",
+              failed="device: /dev/dri is missing (driver not loaded?)"),
+    ),
+    release_node="/dev/kfd",
+    one_profile_per_card=True,
+)
