@@ -35,6 +35,15 @@ def chosen_devices(cell: Cell, devices: str | None) -> str:
     return devices
 
 
+def without_devices(cell: Cell) -> Cell:
+    """The cell as run on a host with no card (``--no-devices``): no device nodes, no GPU
+    request, no card choice, and none of the [run] volumes, which mount the device host's
+    driver side (/opt/hyhal on DCU hosts): where no card is, Docker would create an empty
+    host folder for each and hide what the image holds at that path."""
+    run = replace(cell.run, devices=(), gpus="", visible_devices="", volumes=())
+    return replace(cell, run=run)
+
+
 def with_run_profile(request: RunRequest, cell: Cell, *, devices: str | None = None) -> RunRequest:
     """The request plus the cell's run profile, the visibility variable set to the cards
     chosen (``chosen_devices``)."""

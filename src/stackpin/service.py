@@ -18,7 +18,7 @@ from stackpin.engine import BindMount, RunRequest
 from stackpin.errors import ConfigurationError, HostEnvironmentError, VerificationError
 from stackpin.healthcheck import healthy
 from stackpin.matrix import Cell, Variant
-from stackpin.runprofile import with_run_profile
+from stackpin.runprofile import with_run_profile, without_devices
 from stackpin.servicespec import LOOPBACK, Service
 
 
@@ -50,13 +50,20 @@ def plan(
     port: int | None = None,
     timeout_s: int | None = None,
     devices: str | None = None,
+    no_devices: bool = False,
 ) -> ServePlan:
     """The container run of one variant's service (pure: no Docker, no files touched).
 
     The cell's run profile (device nodes, shm, ulimits, the cards in ``devices`` or the
-    cell's default) is applied as bin/start.sh applies it, so Studio sees the cards.
+    cell's default) is applied as bin/start.sh applies it, so Studio sees the cards;
+    ``no_devices`` leaves the device flags out (a host with no card: runprofile).
     """
     service = service_of(cell)
+    if no_devices:
+        if devices is not None:
+            msg = f"--devices {devices} and --no-devices contradict each other; pass one"
+            raise ConfigurationError(msg)
+        cell = without_devices(cell)
     host_port = port if port is not None else service.endpoint(variant).port
     if not models_dir.is_dir():
         msg = (

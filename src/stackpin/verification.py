@@ -7,7 +7,6 @@ for the reports, a time limit) and reads what it wrote.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from stackpin.engine import BindMount, RunRequest
 from stackpin.lock import write_text_atomic
 from stackpin.matrix import Cell
 from stackpin.primitives import pretty_json
-from stackpin.runprofile import with_run_profile
+from stackpin.runprofile import with_run_profile, without_devices
 from stackpin.target import Target
 
 IN_CONTAINER_REPORTS = "/stackpin-reports"
@@ -31,8 +30,7 @@ def verify_request(
     """
     extra = {}
     if not devices:
-        cell = dataclasses.replace(cell, run=dataclasses.replace(
-            cell.run, devices=(), gpus="", visible_devices=""))
+        cell = without_devices(cell)
         extra = {"STACKPIN_NO_DEVICES": "1"}  # stackpin_verify.level0.NO_DEVICES_ENV
     command = ["python", "-m", "stackpin_verify", "--out-dir", IN_CONTAINER_REPORTS]
     if levels:

@@ -205,3 +205,14 @@ def test_a_cell_without_ulimits_keeps_the_form_its_lock_was_digested_from(shippe
     assert "ulimits" not in cell_to_dict(cpu)["run"]
     dtk = shipped_cells["dtk2404-torch210-py310"]
     assert cell_to_dict(dtk)["run"]["ulimits"] == ["memlock=-1:-1", "stack=-1:-1"]
+
+
+def test_serve_without_devices_keeps_the_profile_but_no_device_or_device_host_mount(
+        tmp_path, shipped_cells):
+    cell = shipped_cells["dtk2604-k100-torch290-py310"]
+    bare = served(cell, tmp_path, shipped_cells, no_devices=True)
+    assert (bare.devices, bare.volumes) == ((), ())
+    assert "HIP_VISIBLE_DEVICES" not in bare.environment
+    assert (bare.shm_size, bare.ulimits) == (cell.run.shm_size, cell.run.ulimits)
+    with pytest.raises(ConfigurationError, match="contradict"):
+        served(cell, tmp_path, shipped_cells, no_devices=True, devices="0")

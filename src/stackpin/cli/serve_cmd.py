@@ -29,10 +29,13 @@ from stackpin.target import resolve
 @click.option("--devices", default=None, metavar="LIST",
               help="Cards the service may use, e.g. 0,1 (HIP_VISIBLE_DEVICES on DTK/ROCm, "
                    "CUDA_VISIBLE_DEVICES on CUDA); default: the cell's [run] visible_devices.")
+@click.option("--no-devices", is_flag=True,
+              help="Run without the cell's device flags and device-host mounts, on a host "
+                   "with no card (the service then runs on its CPU fallback, if it has one).")
 @json_option
 def command(cell_id: str, variant: Variant, port: int | None, models_dir: Path,
             state_dir: Path | None, timeout_s: int | None, devices: str | None,
-            as_json: bool) -> None:
+            no_devices: bool, as_json: bool) -> None:
     """Serve CELL's service from its built image until Ctrl-C, on 127.0.0.1 only.
 
     Waits until the health path answers healthy, prints the URL and where the first-login
@@ -48,7 +51,7 @@ def command(cell_id: str, variant: Variant, port: int | None, models_dir: Path,
     cell, image = target.cell, target.tags[0]
     state = state_dir or layout.build / "state" / target.name
     serve = plan(cell, variant, image=image, state_dir=state, models_dir=models_dir,
-                 port=port, timeout_s=timeout_s, devices=devices)
+                 port=port, timeout_s=timeout_s, devices=devices, no_devices=no_devices)
     require_free_port(next(iter(serve.request.ports.values())))
     state.mkdir(parents=True, exist_ok=True)
     with DockerEngine.connect() as engine:
