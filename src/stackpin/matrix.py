@@ -23,6 +23,7 @@ from stackpin.declared import reference_rows as declared_rows
 from stackpin.errors import ConfigurationError
 from stackpin.matrix_safety import cell_problems, duplicate_ids
 from stackpin.primitives import canonical_json
+from stackpin.rehearsalspec import Rehearsal
 from stackpin.servicespec import Service, ServiceBlocker, service_problems
 from stackpin.untrusted import MAX_DEPTH, depth, read_bounded, shown
 
@@ -258,6 +259,11 @@ class Cell:
         default_factory=dict,
         metadata=doc("Compatibility shims by id, each bridging one named upstream defect."),
     )
+    rehearsal: Rehearsal | None = field(
+        default=None,
+        metadata=doc("Set only on a vendor rehearsal cell, which `stackpin rehearsal` derives "
+                     "from a real cell; a matrix file that declares it is refused."),
+    )
 
     @property
     def is_dtk(self) -> bool:
@@ -314,6 +320,11 @@ def _structural_problems(matrix: Matrix) -> list[Problem]:
         )
     for cell in matrix.cells.values():
         problems += cell_problems_of(cell)
+        if cell.rehearsal is not None:
+            # A stand-in is never written by hand: only derivation marks what it is.
+            problems.append(Problem(f"cells.{cell.id}.rehearsal", "a rehearsal cell is derived "
+                                    "from its real cell, never declared: `stackpin rehearsal "
+                                    "list` shows them"))
     return problems
 
 
@@ -478,11 +489,12 @@ def cell_to_dict(cell: Cell) -> dict[str, Any]:
     """Plain JSON-able form of a cell (stable key order), used for labels and locks.
 
     A cell that serves nothing has no ``service`` key (nor ``service_blocked`` unless it says
-    why), and settings added to the format later appear only where a cell sets them: a
-    cell's form (hence its lock's digest) stays the one it had before they existed.
+    why, nor ``rehearsal`` unless it is one), and settings added to the format later appear
+    only where a cell sets them: a cell's form (hence its lock's digest) stays the one it had
+    before they existed.
     """
     form: dict[str, Any] = plain(cell)
-    for key in ("service", "service_blocked"):
+    for key in ("service", "service_blocked", "rehearsal"):
         if form[key] is None:
             del form[key]
     for table, key in LATER_SETTINGS:

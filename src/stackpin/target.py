@@ -36,6 +36,8 @@ LABEL_BOOTSTRAP_DIGEST = f"{LABEL_PREFIX}.bootstrap-digest"
 # What the build made, so a bundle can tell the record belongs to the image.
 LABEL_DOCKERFILE_SHA256 = f"{LABEL_PREFIX}.dockerfile-sha256"
 LABEL_CONTEXT_DIGEST = f"{LABEL_PREFIX}.context-digest"
+# On every image built from vendor stand-ins (stackpin.rehearsal): what it stands in for.
+LABEL_REHEARSAL = f"{LABEL_PREFIX}.rehearsal"
 
 
 def image_tags(cell_id: str, variant: Variant, lock_digest: str) -> tuple[str, ...]:
@@ -135,9 +137,15 @@ def load_cell(layout: Layout, cell_id: str) -> Cell:
     """The cell with this id, decoding only the matrix file that declares it.
 
     The TOML of every file is parsed (cheap) to find the holder; an unknown id falls back
-    to decoding all of them for the did-you-mean hint.
+    to decoding all of them for the did-you-mean hint. A rehearsal cell is derived from the
+    real cell it rehearses (stackpin.rehearsal), never read from a file.
     """
     files = layout.matrix_files()
+    from stackpin import rehearsal  # it derives cells from these, so it imports this module
+
+    if rehearsal.is_rehearsal_id(cell_id):
+        cells = load_cells(files)
+        return find_cell(rehearsal.load_derived(layout.root, cells), cell_id)
     holders = [(path, data) for path in files
                if cell_id in (data := parse_toml(path)).get("cells", {})]
     if len(holders) > 1:
