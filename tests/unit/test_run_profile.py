@@ -213,6 +213,8 @@ def test_serve_without_devices_keeps_the_profile_but_no_device_or_device_host_mo
     bare = served(cell, tmp_path, shipped_cells, no_devices=True)
     assert (bare.devices, bare.volumes) == ((), ())
     assert "HIP_VISIBLE_DEVICES" not in bare.environment
-    assert (bare.shm_size, bare.ulimits) == (cell.run.shm_size, cell.run.ulimits)
+    # memlock pins memory for the cards' DMA; a daemon without CAP_SYS_RESOURCE refuses it.
+    assert (bare.shm_size, bare.ulimits) == (cell.run.shm_size, ("stack=-1:-1",))
+    assert "memlock=-1:-1" in cell.run.ulimits
     with pytest.raises(ConfigurationError, match="contradict"):
         served(cell, tmp_path, shipped_cells, no_devices=True, devices="0")

@@ -132,5 +132,6 @@ def test_no_devices_also_drops_the_device_hosts_mounts(shipped_cells, tmp_path: 
                              devices=False)
     assert (request.devices, request.volumes) == ((), ())
     assert request.shm_size == cell.run.shm_size  # the rest of the profile stays
+    assert request.ulimits == ("stack=-1:-1",)  # memlock pins memory for cards only
     with_devices = verify_request(cell, "img", out_dir=tmp_path, levels="0", dtype="auto")
     assert with_devices.volumes == cell.run.volumes
