@@ -36,6 +36,8 @@ LABEL_BOOTSTRAP_DIGEST = f"{LABEL_PREFIX}.bootstrap-digest"
 # What the build made, so a bundle can tell the record belongs to the image.
 LABEL_DOCKERFILE_SHA256 = f"{LABEL_PREFIX}.dockerfile-sha256"
 LABEL_CONTEXT_DIGEST = f"{LABEL_PREFIX}.context-digest"
+# Beside a report: which image it is about (`stackpin verify`); not a report itself.
+VERIFIED_NAME = "verified.json"
 # On every image built from vendor stand-ins (stackpin.rehearsal): what it stands in for.
 LABEL_REHEARSAL = f"{LABEL_PREFIX}.rehearsal"
 
@@ -95,7 +97,7 @@ class Layout:
 
     def verified_path(self, cell_id: str, variant: Variant) -> Path:
         """Which image the reports in report_dir are about (written by `stackpin verify`)."""
-        return self.report_dir(cell_id, variant) / "verified.json"
+        return self.report_dir(cell_id, variant) / VERIFIED_NAME
 
 
 @dataclass(frozen=True, kw_only=True)

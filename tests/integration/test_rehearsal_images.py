@@ -37,7 +37,6 @@ from stackpin_verify.studio_api import Studio
 
 pytestmark = pytest.mark.docker
 
-REAL = {cell: cell.removeprefix("rehearsal-").replace("-py311", "") for cell in CELLS}
 
 
 @pytest.fixture(scope="module", params=CELLS)
@@ -63,24 +62,45 @@ def stable_host(rehearsed: Built) -> Iterator[testinfra.host.Host]:
     yield from _host(rehearsed, "stable")
 
 
-def test_every_variant_passed_the_guard_with_the_vendor_label(rehearsed: Built, shipped_cells):
+def test_the_guard_of_every_variant_passes_again_on_the_finished_image(rehearsed: Built,
+                                                                      shipped_cells):
+    # The build ran it (a failing guard fails the build); here the very RUN line of the
+    # recorded Dockerfile runs again in the finished image, less the byte-compile.
     cell = rehearsal.load_derived(ROOT, shipped_cells)[rehearsed.cell]
     assert set(rehearsed.records) == {str(v) for v in cell.variants}
-    torch = cell.provided["torch"].version
-    lines = [ln for ln in rehearsed.build_output.splitlines() if "stackpin guard:" in ln]
-    log = "\n".join(Path(str(r["log_path"])).read_text() for r in rehearsed.records.values())
-    assert log.count(f"stackpin guard: python cp311, torch {torch}, numpy{cell.numpy}: ok") == \
-        len(cell.variants), lines
+    for variant in rehearsed.records:
+        dockerfile = (rehearsed.project / "build" / "records" /
+                      f"{rehearsed.cell}-{variant}.Dockerfile").read_text()
+        command = _guard_command(dockerfile)
+        assert f"--torch {cell.provided['torch'].version}" in command
+        assert ("--env-script /opt/dtk/env.sh" in command) == bool(cell.env_script)
+        done = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint",
+                               "bash", rehearsed.image(variant), "-c", command],
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(
+            f"stackpin guard: python cp311, torch {cell.provided['torch'].version}, "
+            f"numpy{cell.numpy}: ok")
 
 
-def test_every_image_says_it_is_a_rehearsal_of_its_real_cell(rehearsed: Built, docker_engine):
+def _guard_command(dockerfile: str) -> str:
+    """The guard's RUN of a Dockerfile, continuation lines joined, without --compile."""
+    text = dockerfile.replace("\\\n", " ")
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("RUN ") and "guard.py" in ln]
+    command = line.removeprefix("RUN ").split(" && rm -rf ")[0]
+    return " ".join(w for w in command.split() if w != "/opt/stackpin/venv/lib").replace(
+        "--compile", "")
+
+
+def test_every_image_says_it_is_a_rehearsal_of_its_real_cell(rehearsed: Built, docker_engine,
+                                                            shipped_cells):
+    real = rehearsal.load_derived(ROOT, shipped_cells)[rehearsed.cell].rehearsal.of
     for variant in rehearsed.records:
         labels = docker_engine.image_info(rehearsed.image(variant)).labels
         assert labels["io.stackpin.cell"] == rehearsed.cell
-        assert labels[LABEL_REHEARSAL].startswith(f"vendor rehearsal of {REAL[rehearsed.cell]}")
+        assert labels[LABEL_REHEARSAL].startswith(f"vendor rehearsal of {real}:")
         assert "not a " in labels[LABEL_REHEARSAL]
-        assert json.loads(labels["io.stackpin.cell-json"])["rehearsal"]["of"] == \
-            REAL[rehearsed.cell]
+        assert json.loads(labels["io.stackpin.cell-json"])["rehearsal"]["of"] == real
 
 
 @pytest.fixture(scope="module")
@@ -156,8 +176,10 @@ def test_the_env_script_reaches_exec_shells_and_the_tree_holds_real_and_marked_p
         assert "stand-in" in stable_host.run("rocm-smi").stderr
         assert stable_host.run("rocm-smi").rc == 69
         return
-    for shell in ("bash -c", "sh -c"):  # BASH_ENV and ENV, not the entrypoint
-        assert stable_host.check_output(f"{shell} 'echo $ROCM_PATH'") == "/opt/dtk"
+    # docker exec shells, not the entrypoint: bash -c through BASH_ENV, login shells
+    # through profile.d, interactive sh through ENV. (A plain `sh -c` reads none: dash.)
+    for shell in ("bash -c", "bash -l -c", "sh -i -c"):
+        assert stable_host.check_output(f"{shell} 'echo $ROCM_PATH' 2>/dev/null") == "/opt/dtk"
     lld = stable_host.check_output("bash -c '$TRITON_HIP_LLD_PATH --version'")
     assert lld.startswith("Debian LLD ")  # a real linker, named exactly ld.lld
     smi = stable_host.run("hy-smi")
