@@ -260,7 +260,12 @@ RUN_KINDS = tuple(_KIND_SUFFIX)
 
 def run_kind(image: Mapping[str, Any], source: str) -> str:
     kind = image.get("run_kind")
+    if image.get("rehearsal") is not None and kind not in (None, REHEARSAL_RUN_KIND):
+        # An image built from stand-ins says so twice; a report that drops one is refused.
+        raise _bad(source, f"image.rehearsal is set but image.run_kind is {str(kind)[:40]!r}")
     if kind is None:
+        if image.get("rehearsal") is not None:
+            return REHEARSAL_RUN_KIND
         return "host stack" if str(image.get("lock_digest", "")).startswith("none") else "image"
     if kind not in RUN_KINDS:
         raise _bad(source, f"image.run_kind {str(kind)[:40]!r} is not one of {list(RUN_KINDS)}")

@@ -29,6 +29,7 @@ import pytest
 from tests.conftest import CPU_CELL, ROOT, stackpin_cli
 from tests.integration.rehearsal_builds import DTK2404, Built, RehearsalBuilds
 
+from stackpin.cache import cache_dir
 from stackpin.engine import BindMount, BuildRequest, RunRequest
 from stackpin.engine.docker_api import DockerEngine
 from stackpin.errors import BuildError
@@ -136,8 +137,9 @@ def test_a_pypi_torch_in_the_vendor_layer_fails_the_guard_by_name(breaks: Breaks
     vendor = folder / "wheels" / "vendor"
     for wheel in vendor.glob("torch-*.whl"):
         wheel.unlink()
-    source = next((dtk2404.project / "wheels").glob(f"*/{cpu.filename}"), None) or next(
-        Path.home().joinpath(".cache", "stackpin", "rehearsal-sources").glob(cpu.filename))
+    # Where `rehearsal make` found the stand-in's content: the very index file.
+    source = next((dtk2404.project / "wheels").glob(f"*/{cpu.filename}"), None) or (
+        cache_dir() / "rehearsal-sources" / cpu.filename)
     shutil.copy2(source, vendor / cpu.filename)
     version = cpu.filename.split("-")[1]
     (vendor / "requirements.txt").write_text(

@@ -203,3 +203,15 @@ def test_a_rehearsal_is_its_own_row_and_never_merges_with_the_image():
     assert rehearsed.label.endswith("(vendor rehearsal)")
     grid = build_grid([image, rehearsed], {})
     assert sorted(row.kind for row in grid.rows) == ["image", "vendor rehearsal"]
+
+
+def test_a_rehearsal_report_that_drops_its_run_kind_is_still_a_rehearsal_or_refused():
+    import pytest
+
+    from stackpin.errors import VerificationError
+    from stackpin.reports import run_kind
+
+    image = {"lock_digest": "ab" * 32, "rehearsal": {"of": "dtk2604-k100-torch290-py310"}}
+    assert run_kind(image, "r") == "vendor rehearsal"  # the run kind deleted by hand
+    with pytest.raises(VerificationError, match=r"image\.rehearsal is set"):
+        run_kind({**image, "run_kind": "image"}, "r")  # or changed to pass as an image
