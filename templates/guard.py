@@ -114,6 +114,19 @@ def dropped_edges(image: dict[str, Any]) -> set[tuple[str, str]]:
             for d in image.get("dropped", [])}
 
 
+def env_script_problems(script: str) -> list[str]:
+    """The cell's env script must have been sourced in this build step: the same rule as
+    verify's L0.dtk_env (dtk_env.py, copied beside this file by the Dockerfile)."""
+    import dtk_env  # only images with an env script carry it
+
+    try:
+        exported = dtk_env.exported_by(dtk_env.source_script(script), dtk_env.clean_shell())
+    except dtk_env.SourceError as exc:
+        return [str(exc)]
+    reason = dtk_env.judge_sourced(script, exported, os.environ)
+    return [f"this build step did not source the env script: {reason}"] if reason else []
+
+
 def run_pip_check() -> str:
     done = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True,
                           text=True, check=False)
@@ -157,8 +170,11 @@ def main() -> int:
     parser.add_argument("--boundary", metavar="IMAGE_JSON",
                         help="check the vendor boundary (provided, excluded) of image.json and "
                              "run pip check less its dropped requirements")
+    parser.add_argument("--env-script", metavar="SCRIPT",
+                        help="the cell's env script (DTK env.sh): this step must have sourced it")
     args = parser.parse_args()
-    found = problems(args.python, args.torch, args.numpy)
+    found = env_script_problems(args.env_script) if args.env_script else []
+    found += problems(args.python, args.torch, args.numpy)
     if args.boundary:
         image = json.loads(Path(args.boundary).read_text(encoding="utf-8"))
         found += boundary_problems(image, installed_versions())

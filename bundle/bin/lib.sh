@@ -375,13 +375,13 @@ visibility_args() {
 
 # A profile run without its device flags (--no-devices, a GPU image on a host with no
 # card), as stackpin.runprofile.without_devices drops them: PROFILE_RUN_ARGS loses its
-# --device and --gpus options, VISIBILITY_ARGS tells the image (STACKPIN_NO_DEVICES=1,
+# --device and --gpus options, the device host's mounts (--volume: /opt/hyhal) and memlock, VISIBILITY_ARGS tells the image (STACKPIN_NO_DEVICES=1,
 # stackpin.runprofile.NO_DEVICES_ENV), which then starts Studio on unsloth's CPU fallback.
 without_device_args() {
     local kept=() arg
     for arg in "${PROFILE_RUN_ARGS[@]+"${PROFILE_RUN_ARGS[@]}"}"; do
         case $arg in
-            --device=*|--gpus=*) ;;
+            --device=*|--gpus=*|--volume=*|--ulimit=memlock=*) ;;
             *) kept+=("$arg") ;;
         esac
     done

@@ -288,10 +288,17 @@ def ensure_base(
     """Make the cell's base present locally and check it against the pinned digest."""
     origin: Literal["bootstrap", "local", "tar", "pull"]
     reference = cell.base.image
-    if cell.base.bootstrap is not None:
-        if base_tar is not None:
-            msg = f"cell '{cell.id}' bootstraps its base; --base-tar applies to image bases only"
-            raise ConfigurationError(msg)
+    if cell.base.bootstrap is not None and base_tar is not None:
+        msg = f"cell '{cell.id}' bootstraps its base; --base-tar applies to image bases only"
+        raise ConfigurationError(msg)
+    if cell.rehearsal is not None:
+        # The stand-in vendor tree goes on the bootstrapped rootfs (stackpin.rehearsal_base,
+        # which builds on this module).
+        from stackpin.rehearsal_base import ensure as ensure_rehearsal_base
+
+        reference = ensure_rehearsal_base(engine, cell, cache_dir=cache_dir, on_line=on_line)
+        info, origin = _present(engine, reference), "bootstrap"
+    elif cell.base.bootstrap is not None:
         reference = bootstrap_image(
             engine, bootstrap_request(cell), cache_dir=cache_dir, on_line=on_line
         )

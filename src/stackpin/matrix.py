@@ -18,6 +18,7 @@ from stackpin.compat import Compat
 from stackpin.declared import OneOf, doc, plain, schema_of
 from stackpin.declared import reference_rows as declared_rows
 from stackpin.primitives import canonical_json
+from stackpin.rehearsalspec import Rehearsal
 from stackpin.servicespec import Service, ServiceBlocker
 
 SCHEMA_VERSION = 1
@@ -244,6 +245,11 @@ class Cell:
         default_factory=dict,
         metadata=doc("Compatibility shims by id, each bridging one named upstream defect."),
     )
+    rehearsal: Rehearsal | None = field(
+        default=None,
+        metadata=doc("Set only on a vendor rehearsal cell, which `stackpin rehearsal` derives "
+                     "from a real cell; a matrix file that declares it is refused."),
+    )
 
     @property
     def spec(self) -> platforms.PlatformSpec:
@@ -304,11 +310,12 @@ def cell_to_dict(cell: Cell) -> dict[str, Any]:
     """Plain JSON-able form of a cell (stable key order), used for labels and locks.
 
     A cell that serves nothing has no ``service`` key (nor ``service_blocked`` unless it says
-    why), and settings added to the format later appear only where a cell sets them: a
-    cell's form (hence its lock's digest) stays the one it had before they existed.
+    why, nor ``rehearsal`` unless it is one), and settings added to the format later appear
+    only where a cell sets them: a cell's form (hence its lock's digest) stays the one it had
+    before they existed.
     """
     form: dict[str, Any] = plain(cell)
-    for key in ("service", "service_blocked"):
+    for key in ("service", "service_blocked", "rehearsal"):
         if form[key] is None:
             del form[key]
     for table, key in LATER_SETTINGS:

@@ -43,6 +43,11 @@ def _structural_problems(matrix: Matrix) -> list[Problem]:
         )
     for cell in matrix.cells.values():
         problems += cell_problems_of(cell)
+        if cell.rehearsal is not None:
+            # A stand-in is never written by hand: only derivation marks what it is.
+            problems.append(Problem(f"cells.{cell.id}.rehearsal", "a rehearsal cell is derived "
+                                    "from its real cell, never declared: `stackpin rehearsal "
+                                    "list` shows them"))
     return problems
 
 

@@ -26,6 +26,7 @@ from stackpin.errors import ConfigurationError
 from stackpin.lock import GROUPS, Group, Lock, LockedWheel, wheel_name_version
 from stackpin.matrix import Cell, Variant, cell_json
 from stackpin.primitives import pretty_json, rfc3339
+from stackpin.rehearsalspec import RUN_KIND, describe
 from stackpin.servicespec import Service
 from stackpin.tools import Installer
 
@@ -111,6 +112,11 @@ def base_reference(cell: Cell) -> str:
     a base loaded from a `docker save` tar (the usual air-gapped case) has no registry
     digest, and FROM name@sha256:<image id> would not resolve.
     """
+    if cell.rehearsal is not None:
+        # Imported here like the bootstrap recipe: the stand-in tree lives with its loader.
+        from stackpin.rehearsal_base import reference as rehearsal_reference
+
+        return rehearsal_reference(cell)
     if cell.base.bootstrap is not None:
         return bootstrap_tag(cell)
     return cell.base.image
@@ -160,6 +166,9 @@ def image_labels(req: RenderRequest) -> dict[str, str]:
     }
     if cell.base.digest:
         labels[target.OCI_BASE_DIGEST] = cell.base.digest
+    if cell.rehearsal is not None:
+        labels[target.LABEL_REHEARSAL] = describe(cell.rehearsal, python=cell.python,
+                                                  platform=cell.platform)
     return labels
 
 
@@ -171,7 +180,7 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
     pins = {w.name: w.version for w in lock.wheels if w.group in groups} if lock else {
         **dict(cell.stack), "torch": torch_version(cell)
     }
-    return {
+    info: dict[str, Any] = {
         "schema": 1,
         "cell": cell.id,
         "variant": req.variant,
@@ -199,6 +208,12 @@ def image_info(req: RenderRequest) -> dict[str, Any]:
                     for d in cell.dropped],
         "service": service_info(cell.service, req.variant) if cell.service else None,
     }
+    if cell.rehearsal is not None:
+        # Reports copy image.json whole: the grid reads the kind of run from it.
+        info["run_kind"] = RUN_KIND
+        info["rehearsal"] = {"of": cell.rehearsal.of, "of_python": cell.rehearsal.of_python,
+                             "content": cell.rehearsal.content}
+    return info
 
 
 # Distributions whose import is the first real test of an image (their wheels carry native

@@ -20,6 +20,7 @@ from typing import Any
 from stackpin import recommendation
 from stackpin.errors import VerificationError
 from stackpin.matrix import VARIANTS, Cell, Variant
+from stackpin.rehearsalspec import RUN_KIND as REHEARSAL_RUN_KIND
 from stackpin.shapes import (
     any_of,
     anything,
@@ -240,15 +241,22 @@ def parse_report(source: str, data_text: str | bytes) -> Row:
 
 
 # What a report ran on: the built image; the cell's lock installed on a device host without
-# the image (scripts/gpu/replay-lock.sh); or a host's own packages with image info written
-# by hand (their lock digest says "none: ..."). Rows of different kinds never merge.
-_KIND_SUFFIX = {"image": "", "lock replayed on device": "~replay", "host stack": "~host"}
+# the image (scripts/gpu/replay-lock.sh); a host's own packages with image info written by
+# hand (their lock digest says "none: ..."); or an image built from vendor stand-ins
+# (stackpin.rehearsal: its image.json says so). Rows of different kinds never merge.
+_KIND_SUFFIX = {"image": "", "lock replayed on device": "~replay", "host stack": "~host",
+                REHEARSAL_RUN_KIND: "~rehearsal"}
 RUN_KINDS = tuple(_KIND_SUFFIX)
 
 
 def run_kind(image: Mapping[str, Any], source: str) -> str:
     kind = image.get("run_kind")
+    if image.get("rehearsal") is not None and kind not in (None, REHEARSAL_RUN_KIND):
+        # An image built from stand-ins says so twice; a report that drops one is refused.
+        raise _bad(source, f"image.rehearsal is set but image.run_kind is {str(kind)[:40]!r}")
     if kind is None:
+        if image.get("rehearsal") is not None:
+            return REHEARSAL_RUN_KIND
         return "host stack" if str(image.get("lock_digest", "")).startswith("none") else "image"
     if kind not in RUN_KINDS:
         raise _bad(source, f"image.run_kind {str(kind)[:40]!r} is not one of {list(RUN_KINDS)}")

@@ -118,6 +118,8 @@ def resolution_key(cell: Cell) -> str:
     extras = index_extras(cell)
     if extras:  # absent when none, so cells without extras keep their keys
         inputs["extras"] = {n: list(e) for n, e in sorted(extras.items())}
+    if constraints := closure_constraints(cell):  # a rehearsal cell's (stackpin.rehearsal)
+        inputs["constraints"] = constraints
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
@@ -137,6 +139,16 @@ def index_pins(cell: Cell) -> dict[str, str]:
 def _pinned(cell: Cell) -> dict[str, str]:
     """What the resolution starts from: the stack pins and the index-source wheels."""
     return {canon(n): v for n, v in cell.stack.items()} | index_pins(cell)
+
+
+def closure_constraints(cell: Cell) -> dict[str, str]:
+    """Versions the closure must take where it has the distribution at all: a rehearsal
+    cell's real lock (pip constraints, never requirements), less what the cell pins."""
+    if cell.rehearsal is None:
+        return {}
+    pinned = _pinned(cell)
+    return {canon(n): v for n, v in sorted(cell.rehearsal.constraints.items())
+            if canon(n) not in pinned}
 
 
 def index_extras(cell: Cell) -> dict[str, tuple[str, ...]]:
@@ -251,6 +263,12 @@ def _requirements(
     extras = index_extras(cell)
     lines += [f"{n}{_extras_text(extras.get(n, ()))}=={v}"
               for n, v in sorted(pinned.items()) if n not in rewritten]
+    # pip cannot constrain a requirement given as a file (the rewritten placeholders).
+    if constraints := {n: v for n, v in closure_constraints(cell).items() if n not in rewritten}:
+        path = work / "constraints.txt"
+        path.write_text("".join(f"{n}=={v}\n" for n, v in constraints.items()),
+                        encoding="utf-8")
+        lines.append(f"-c {path}")
     return lines
 
 

@@ -44,9 +44,16 @@ NO_DEVICES_ENV = "STACKPIN_NO_DEVICES"
 
 
 def without_devices(cell: Cell) -> Cell:
-    """The cell with its device flags dropped (card nodes, --gpus, the card choice): how an
-    accelerator image runs on a host with no card. Shared memory, ulimits and mounts stay."""
-    return replace(cell, run=replace(cell.run, devices=(), gpus="", visible_devices=""))
+    """The cell as run on a host with no card (``--no-devices``): no device nodes, no GPU
+    request, no card choice; none of the [run] volumes, which mount the device host's
+    driver side (/opt/hyhal on DCU hosts): where no card is, Docker would create an empty
+    host folder for each and hide what the image holds at that path; and no memlock limit,
+    which exists to pin host memory for the cards' DMA: with no card nothing pins it, and a
+    daemon without CAP_SYS_RESOURCE (a CI host's: hard limit 8 MiB) refuses to start any
+    container that asks for memlock=-1. The other limits (stack) and shm stay."""
+    kept = tuple(u for u in cell.run.ulimits if u.partition("=")[0] != "memlock")
+    run = replace(cell.run, devices=(), gpus="", visible_devices="", volumes=(), ulimits=kept)
+    return replace(cell, run=run)
 
 
 def with_run_profile(request: RunRequest, cell: Cell, *, devices: str | None = None,

@@ -18,7 +18,7 @@ from stackpin.engine import BindMount, RunRequest
 from stackpin.errors import ConfigurationError, HostEnvironmentError, VerificationError
 from stackpin.healthcheck import healthy
 from stackpin.matrix import Cell, Variant
-from stackpin.runprofile import with_run_profile
+from stackpin.runprofile import with_run_profile, without_devices
 from stackpin.servicespec import LOOPBACK, Service
 from stackpin.target import LABEL_PROFILE, LABEL_STATE
 
@@ -57,10 +57,16 @@ def plan(
 
     The cell's run profile (device nodes, shm, ulimits, the cards in ``devices`` or the
     cell's default) is applied as bin/start.sh applies it, so Studio sees the cards.
-    ``no_devices`` runs it without the device flags (a GPU image on a host with no card):
-    the image's launcher then starts Studio on unsloth's CPU fallback, and says so.
+    ``no_devices`` runs it without the device flags and device-host mounts (a GPU image on a
+    host with no card: runprofile.without_devices): the image's launcher then starts Studio
+    on unsloth's CPU fallback, and says so.
     """
     service = service_of(cell)
+    if no_devices:
+        if devices is not None:
+            msg = f"--devices {devices} and --no-devices contradict each other; pass one"
+            raise ConfigurationError(msg)
+        cell = without_devices(cell)
     host_port = port if port is not None else service.endpoint(variant).port
     if not models_dir.is_dir():
         msg = (

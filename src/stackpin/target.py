@@ -52,6 +52,8 @@ OCI_BASE_NAME = f"{OCI_PREFIX}.base.name"
 OCI_BASE_DIGEST = f"{OCI_PREFIX}.base.digest"
 OCI_REVISION = f"{OCI_PREFIX}.revision"
 OCI_REF_NAME = f"{OCI_PREFIX}.ref.name"
+# Beside a report: which image it is about (`stackpin verify`); not a report itself.
+VERIFIED_NAME = "verified.json"
 
 
 def image_tags(cell_id: str, variant: Variant, lock_digest: str) -> tuple[str, ...]:
@@ -109,7 +111,7 @@ class Layout:
 
     def verified_path(self, cell_id: str, variant: Variant) -> Path:
         """Which image the reports in report_dir are about (written by `stackpin verify`)."""
-        return self.report_dir(cell_id, variant) / "verified.json"
+        return self.report_dir(cell_id, variant) / VERIFIED_NAME
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,9 +153,15 @@ def load_cell(layout: Layout, cell_id: str) -> Cell:
     """The cell with this id, decoding only the matrix file that declares it.
 
     The TOML of every file is parsed (cheap) to find the holder; an unknown id falls back
-    to decoding all of them for the did-you-mean hint.
+    to decoding all of them for the did-you-mean hint. A rehearsal cell is derived from the
+    real cell it rehearses (stackpin.rehearsal), never read from a file.
     """
     files = layout.matrix_files()
+    from stackpin import rehearsal  # it derives cells from these, so it imports this module
+
+    if rehearsal.is_rehearsal_id(cell_id):
+        cells = load_cells(files)
+        return find_cell(rehearsal.load_derived(layout.root, cells), cell_id)
     holders = [(path, data) for path in files
                if cell_id in (data := parse_toml(path)).get("cells", {})]
     if len(holders) > 1:

@@ -12,6 +12,7 @@ under CI=true unset means the whole matrix, and an engine that does not answer f
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import stackpin_cli
+from tests.integration.rehearsal_builds import RehearsalBuilds
 
 from stackpin.bootstrap import BootstrapRequest, bootstrap_image, bootstrap_request
 from stackpin.cache import cache_dir
@@ -140,3 +142,20 @@ def signed_cpu_bundle(cpu_image: dict[str, object], cpu_project: Path,
                         cwd=cpu_project)
     assert done.returncode == 0, done.stderr
     return work / "site", work / "keys" / "stackpin.pub"
+
+
+@pytest.fixture(scope="session")
+def rehearsal_builds(docker_engine: DockerEngine, cpu_project: Path,
+                     request: pytest.FixtureRequest) -> Iterator[RehearsalBuilds]:
+    """The vendor rehearsal's images, each built the first time a test asks for it (in the
+    session's checkout copy), removed when its module is done; the cost of each step is
+    printed at the end (docs/benchmarks.md quotes it)."""
+    builds = RehearsalBuilds(cpu_project)
+    yield builds
+    for cell in list(builds.built):
+        builds.drop(cell)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    for cell, costs in builds.costs.items():
+        line = f"rehearsal cost {cell}: {json.dumps(costs, sort_keys=True)}"
+        if reporter is not None:
+            reporter.write_line(line)

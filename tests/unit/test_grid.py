@@ -396,3 +396,17 @@ def test_folders_are_searched_for_reports_and_an_empty_set_is_all_not_run(tmp_pa
     assert result.exit_code == 0, result.output
     rows = json.loads((tmp_path / "none" / "grid.json").read_text())["rows"]
     assert rows and {r["result"] for r in rows} == {"not run"}
+
+
+def test_a_folder_verify_wrote_is_a_grid_without_its_verified_json(tmp_path):
+    # `stackpin verify` writes verified.json beside each report; the README's
+    # `stackpin report grid build/reports/` must read the reports and only them.
+    folder = tmp_path / "build" / "reports" / f"{K100_CELL}-enhanced"
+    folder.mkdir(parents=True)
+    shutil.copy(FIXTURES / K100, folder / "report.json")
+    (folder / "verified.json").write_text(json.dumps({"cell": K100_CELL, "image_id": "x"}))
+    result = _invoke(str(tmp_path / "build" / "reports"), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    (bad := tmp_path / "bad").mkdir()
+    (bad / "other.json").write_text("{}")  # any other JSON there is still refused
+    assert _invoke(str(bad), "-o", str(tmp_path / "o2")).exit_code == 6

@@ -184,3 +184,34 @@ def test_an_unknown_run_kind_is_refused():
 
     with pytest.raises(VerificationError, match="run_kind 'image on a toaster'"):
         run_kind({"run_kind": "image on a toaster"}, "r")
+
+
+def test_a_rehearsal_is_its_own_row_and_never_merges_with_the_image():
+    from pathlib import Path
+
+    from stackpin.reports import build_grid, parse_report
+
+    evidence = Path(__file__).resolve().parents[2] / "docs" / "evidence" / "h200-cuda-lock"
+    data = json.loads((evidence / "enhanced" / "report.json").read_text())
+    data["image"].pop("run_kind", None)
+    image = parse_report("image", json.dumps(data))
+    # image.json of a rehearsal image says so (stackpin.render); the report copies it whole.
+    data["image"]["run_kind"] = "vendor rehearsal"
+    rehearsed = parse_report("rehearsal", json.dumps(data))
+    assert rehearsed.kind == "vendor rehearsal"
+    assert rehearsed.id == f"{image.id}~rehearsal"
+    assert rehearsed.label.endswith("(vendor rehearsal)")
+    grid = build_grid([image, rehearsed], {})
+    assert sorted(row.kind for row in grid.rows) == ["image", "vendor rehearsal"]
+
+
+def test_a_rehearsal_report_that_drops_its_run_kind_is_still_a_rehearsal_or_refused():
+    import pytest
+
+    from stackpin.errors import VerificationError
+    from stackpin.reports import run_kind
+
+    image = {"lock_digest": "ab" * 32, "rehearsal": {"of": "dtk2604-k100-torch290-py310"}}
+    assert run_kind(image, "r") == "vendor rehearsal"  # the run kind deleted by hand
+    with pytest.raises(VerificationError, match=r"image\.rehearsal is set"):
+        run_kind({**image, "run_kind": "image"}, "r")  # or changed to pass as an image

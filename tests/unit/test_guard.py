@@ -233,3 +233,41 @@ def test_the_guard_and_l0_judge_a_swapped_build_with_the_same_words():
     from_guard = guard.boundary_problems(IMAGE, installed)
     from_l0 = boundary.judge_boundary(IMAGE["provided"], IMAGE["excluded"], installed.get)
     assert from_l0 == "; ".join(from_guard) and len(from_guard) == 2
+# --- the env script: sourced in the build step, by verify's own rule (L0.dtk_env) ----------
+
+
+def _guard_with_dtk_env(tmp_path: Path) -> Path:
+    """guard.py with dtk_env.py beside it, as the Dockerfile copies them into /opt/stackpin."""
+    folder = tmp_path / "opt-stackpin"
+    folder.mkdir()
+    (folder / "guard.py").write_text(GUARD.read_text())
+    (folder / "dtk_env.py").write_text(
+        (ROOT / "verify" / "stackpin_verify" / "dtk_env.py").read_text())
+    return folder / "guard.py"
+
+
+def _env_guard(guard_py: Path, script: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    import torch
+
+    return subprocess.run(
+        [sys.executable, str(guard_py), "--python", RUNNING, "--torch", torch.__version__,
+         "--numpy", "<3", "--env-script", str(script)],
+        capture_output=True, text=True, check=False, env=env)
+
+
+def test_a_build_step_that_did_not_source_the_env_script_fails_the_guard(tmp_path: Path):
+    import os
+
+    script = tmp_path / "env.sh"
+    script.write_text("export ROCM_PATH=/opt/dtk\nexport PATH=/opt/dtk/bin:$PATH\n")
+    guard_py = _guard_with_dtk_env(tmp_path)
+    plain = {k: v for k, v in os.environ.items() if k != "ROCM_PATH"}
+    done = _env_guard(guard_py, script, plain)
+    assert done.returncode == 1
+    assert "this build step did not source the env script" in done.stderr
+    assert "never sourced" in done.stderr and "ROCM_PATH" in done.stderr
+    sourced = {**plain, "ROCM_PATH": "/opt/dtk", "PATH": f"/opt/dtk/bin:{plain['PATH']}"}
+    assert _env_guard(guard_py, script, sourced).returncode == 0
+    # Another release's value is not "sourced" either.
+    stale = {**sourced, "ROCM_PATH": "/opt/dtk-24.04"}
+    assert "stale" in _env_guard(guard_py, script, stale).stderr

@@ -236,8 +236,12 @@ def test_fragment_labels_quote_every_value():
 def test_fragment_runtime_env():
     text = _fragment("runtime-env", attention="sdpa", runtime_env=[("K", "v w")], env_script="")
     assert text == (
-        "# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.\n"
-        "ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+        "# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`. The base's\n"
+        "# PATH is kept beside it (one ENV: both read the base's value), and verify L0.path checks\n"
+        "# that the image's PATH still holds every entry of it.\n"
+        "ENV STACKPIN_BASE_PATH=${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:"
+        "/bin} \\\n"
+        "    PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:"
         "/usr/bin:/sbin:/bin} \\\n"
         "    VIRTUAL_ENV=/opt/stackpin/venv \\\n"
         "    PYTHONPATH=/opt/stackpin/verify \\\n"
@@ -358,8 +362,10 @@ def test_final_path_extends_the_base_images_path(shipped_cells):
     # `docker exec`; Docker expands ${PATH} from the base image's config.
     text = _render(shipped_cells[K100_CELL], "enhanced").dockerfile
     final = text.split("# ---- final stage")[1]
-    (line,) = [ln for ln in final.splitlines() if ln.startswith("ENV PATH=")]
-    assert line.startswith("ENV PATH=/opt/stackpin/venv/bin:${PATH:-")
+    lines = final.splitlines()
+    (env,) = [i for i, ln in enumerate(lines) if ln.startswith("ENV STACKPIN_BASE_PATH=${PATH:-")]
+    # The next line of the same ENV: both read the base's PATH (L0.path compares them).
+    assert lines[env + 1].startswith("    PATH=/opt/stackpin/venv/bin:${PATH:-")
 
 
 def test_image_json_carries_the_vendor_boundary_and_arch():

@@ -212,8 +212,9 @@ def test_a_cell_without_ulimits_keeps_the_form_its_lock_was_digested_from(shippe
 def test_no_devices_drops_only_the_device_flags_on_both_sides(site, tmp_path, shipped_cells,
                                                                cell_id):
     """A GPU image on a host with no card (CI, a laptop): start.sh --no-devices and serve
-    --no-devices pass neither card nodes nor --gpus nor a card choice, tell the image so,
-    and keep every other declared flag (shm, ulimits, groups, mounts)."""
+    --no-devices pass neither card nodes nor --gpus nor a card choice nor the device host's
+    mounts nor memlock, tell the image so, and keep every other declared flag (shm, stack,
+    groups)."""
     import sys
 
     sys.path.insert(0, str(ROOT / "templates"))
@@ -225,12 +226,17 @@ def test_no_devices_drops_only_the_device_flags_on_both_sides(site, tmp_path, sh
     install_profile(site[0], cell)
     site_flags = flags_of(start_argv(site, "--no-devices"))
     request = served(cell, tmp_path, shipped_cells, no_devices=True)
-    want = {**declared(cell.run), "devices": (), "gpus": ""}
+    # memlock pins host memory for the cards' DMA: with no card it goes too (runprofile).
+    kept_ulimits = tuple(u for u in cell.run.ulimits if not u.startswith("memlock="))
+    want = {**declared(cell.run), "devices": (), "gpus": "", "ulimits": kept_ulimits}
     serve_flags = request_flags(request)
     for key in ("devices", "group_add", "cap_add", "security_opt", "ulimits", "shm_size",
                 "gpus", "ipc_mode"):
         assert site_flags[key] == want[key], (key, site_flags[key])
         assert serve_flags[key] == want[key], (key, serve_flags[key])
+    # The device host's mounts (/opt/hyhal) go on both sides; start.sh's state and models stay.
+    assert serve_flags["volumes"] == ()
+    assert not set(cell.run.volumes) & set(site_flags["volumes"])
     # One name on the three sides: stackpin, start.sh and the image's Studio launcher.
     assert NO_DEVICES_ENV == image_launcher.NO_DEVICES_ENV
     own = ("STACKPIN_PROFILE=", "HOME=")  # start.sh's own, for every profile
@@ -271,3 +277,14 @@ def test_devices_and_no_devices_together_are_refused_by_both_sides(site, tmp_pat
     assert not [call for call in _calls(log) if call.startswith("run ")]
     with pytest.raises(ConfigurationError, match="contradict"):
         served(cell, tmp_path, shipped_cells, devices="0", no_devices=True)
+def test_serve_without_devices_keeps_the_profile_but_no_device_or_device_host_mount(
+        tmp_path, shipped_cells):
+    cell = shipped_cells["dtk2604-k100-torch290-py310"]
+    bare = served(cell, tmp_path, shipped_cells, no_devices=True)
+    assert (bare.devices, bare.volumes) == ((), ())
+    assert "HIP_VISIBLE_DEVICES" not in bare.environment
+    # memlock pins memory for the cards' DMA; a daemon without CAP_SYS_RESOURCE refuses it.
+    assert (bare.shm_size, bare.ulimits) == (cell.run.shm_size, ("stack=-1:-1",))
+    assert "memlock=-1:-1" in cell.run.ulimits
+    with pytest.raises(ConfigurationError, match="contradict"):
+        served(cell, tmp_path, shipped_cells, no_devices=True, devices="0")

@@ -122,3 +122,17 @@ def test_verify_help_shows_both_actions():
     result = CliRunner().invoke(cli, ["verify", "--help"])
     assert result.exit_code == 0
     assert "stackpin verify diff A.json B.json" in result.output
+
+
+def test_no_devices_also_drops_the_device_hosts_mounts(shipped_cells, tmp_path: Path):
+    # /opt/hyhal is the DCU host's driver side: with no card there is none, and Docker
+    # would make an empty host folder and hide the image's own /opt/hyhal.
+    cell = shipped_cells["dtk2604-k100-torch290-py310"]
+    assert cell.run.volumes
+    request = verify_request(cell, "img", out_dir=tmp_path, levels="0", dtype="auto",
+                             devices=False)
+    assert (request.devices, request.volumes) == ((), ())
+    assert request.shm_size == cell.run.shm_size  # the rest of the profile stays
+    assert request.ulimits == ("stack=-1:-1",)  # memlock pins memory for cards only
+    with_devices = verify_request(cell, "img", out_dir=tmp_path, levels="0", dtype="auto")
+    assert with_devices.volumes == cell.run.volumes

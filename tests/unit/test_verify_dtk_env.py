@@ -46,7 +46,8 @@ def sourced_environ(script: Path, base: dict[str, str] | None = None) -> dict[st
     environ = dict(base or {"HOME": "/root", "PATH": "/usr/local/bin:/usr/bin:/bin"})
     exported = dtk_env.exported_by(dtk_env.source_script(str(script)), dtk_env.clean_shell())
     for name, value in exported.items():
-        environ[name] = value if name != "PATH" else f"/opt/conda/bin:{value}"
+        # The entrypoint sources the script over the image's own PATH.
+        environ[name] = value if name != "PATH" else f"/opt/conda/bin:{value}:{environ['PATH']}"
     return environ
 
 
@@ -323,3 +324,41 @@ def test_a_failing_script_quotes_its_last_two_lines_even_not_utf8(monkeypatch, t
     with pytest.raises(dtk_env.SourceError) as failed:
         dtk_env.source_script(str(script))
     assert str(failed.value) == f"sourcing {script} in a clean shell exited 4: two three \ufffd"
+# --- L0.path: the base image's PATH kept -------------------------------------------------
+
+
+def test_l0_path_names_each_lost_base_entry_and_what_it_held():
+    reason = level0.judge_path("/opt/stackpin/venv/bin:/usr/bin:/bin",
+                               "/opt/dtk/bin:/opt/hyhal/bin:/usr/bin:/bin",
+                               {"/opt/hyhal/bin": ["hy-smi"]})
+    assert reason is not None
+    assert "/opt/hyhal/bin (hy-smi)" in reason and "/opt/dtk/bin (empty here)" in reason
+    assert level0.judge_path("/opt/stackpin/venv/bin:/opt/dtk/bin:/opt/hyhal/bin:/usr/bin:/bin",
+                             "/opt/dtk/bin:/opt/hyhal/bin:/usr/bin:/bin", {}) is None
+
+
+def test_l0_path_fails_an_image_that_set_path_and_skips_one_that_records_none(tmp_path):
+    tools = tmp_path / "hyhal"
+    tools.mkdir()
+    (tools / "hy-smi").write_text("")
+    failed = run_check("L0.path", functools.partial(
+        level0.check_path, {"PATH": "/usr/bin", level0.BASE_PATH_ENV: f"{tools}:/usr/bin"}))
+    assert failed.status == "fail" and f"{tools} (hy-smi)" in failed.reason
+    skipped = run_check("L0.path", functools.partial(level0.check_path, {"PATH": "/usr/bin"}))
+    assert skipped.status == "skip"
+
+
+def test_a_script_extending_the_shells_path_passes_without_the_shells_own_entries(
+        monkeypatch, tmp_path):
+    # `export PATH=$ROCM_PATH/bin:$PATH` in a clean shell extends bash's built-in default,
+    # which ends in "."; a process never holds that entry, and it is not the script's.
+    root = make_tree(tmp_path / "dtk-26.04")
+    script = write_script(tmp_path / "env.sh", root)
+    environ = {"HOME": "/root", "ROCM_PATH": str(root), "HIP_PATH": str(root),
+               "LD_LIBRARY_PATH": f"{root}/lib",
+               "TRITON_HIP_LLD_PATH": f"{root}/llvm/bin/ld.lld",
+               "PATH": f"/opt/stackpin/venv/bin:{root}/bin:{root}/llvm/bin:/usr/bin:/bin"}
+    assert _check(monkeypatch, script, environ).status == "pass"
+    environ["PATH"] = "/opt/stackpin/venv/bin:/usr/bin:/bin"  # the script's entries lost
+    failed = _check(monkeypatch, script, environ)
+    assert failed.status == "fail" and f"PATH lacks {root}/bin:{root}/llvm/bin" in failed.reason

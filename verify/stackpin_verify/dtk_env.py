@@ -60,7 +60,9 @@ def source_script(script: str) -> dict[str, str]:
     """The variables a clean shell holds after sourcing ``script`` (bash's own left out)."""
     try:
         done = subprocess.run(
-            ["env", "-i", "bash", "-c", '. "$0" >/dev/null && env -0', script],
+            # PATH exported after the script: unexported, bash's own default would not show,
+            # and an entry of that default (its ".") would look like one the script added.
+            ["env", "-i", "bash", "-c", '. "$0" >/dev/null && export PATH && env -0', script],
             capture_output=True,
             timeout=SOURCE_TIMEOUT_S,
             check=False,
@@ -90,8 +92,18 @@ def clean_shell() -> dict[str, str]:
 
 
 def exported_by(sourced: Mapping[str, str], baseline: Mapping[str, str]) -> dict[str, str]:
-    """The variables the script set or changed."""
-    return {k: v for k, v in sourced.items() if baseline.get(k) != v}
+    """The variables the script set or changed; of a search path, the entries it added (a
+    script extends PATH with the shell's own, which no process need hold as they were)."""
+    found = {}
+    for name, value in sourced.items():
+        if name in SEARCH_PATHS:
+            had = set(baseline.get(name, "").split(":"))
+            value = ":".join(p for p in value.split(":") if p and p not in had)
+            if value:
+                found[name] = value
+        elif baseline.get(name) != value:
+            found[name] = value
+    return found
 
 
 def judge_sourced(

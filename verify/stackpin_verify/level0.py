@@ -30,6 +30,7 @@ def run(ctx: Context) -> list[CheckResult]:
         ("L0.numpy", lambda: check_numpy(ctx), True),
         ("L0.pins", lambda: check_pins(ctx), True),
         ("L0.dtk_env", lambda: check_dtk_env(ctx), True),
+        ("L0.path", lambda: check_path(os.environ), True),
         ("L0.boundary", lambda: check_boundary(ctx), True),
         (imports.CHECK, lambda: imports.check_imports(ctx), True),
         ("L0.cgroup", check_cgroup, False),
@@ -317,6 +318,42 @@ def check_boundary(ctx: Context) -> Metrics:
     metrics: Metrics = {"provided": sorted(provided), "excluded": sorted(excluded)}
     require(boundary.judge_boundary(provided, excluded, environment.dist_version), metrics)
     return metrics
+
+
+# Set by the Dockerfile to the base image's PATH, in the same ENV that extends it.
+BASE_PATH_ENV = "STACKPIN_BASE_PATH"
+
+
+def judge_path(path: str, base_path: str, tools: Mapping[str, Sequence[str]]) -> str | None:
+    """Every entry of the base image's PATH must still be on the image's: a Dockerfile that
+    sets PATH outright loses the vendor's tools (hy-smi, rocm-smi, the DTK compilers), and
+    nothing fails until someone reaches for one. ``tools``: what each lost folder held."""
+    have = set(path.split(":"))
+    lost = [entry for entry in base_path.split(":") if entry and entry not in have]
+    if not lost:
+        return None
+    named = [f"{entry} ({', '.join(tools.get(entry, ())) or 'empty here'})" for entry in lost]
+    return (f"PATH lost the base image's {'; '.join(named)}: the Dockerfile set PATH instead "
+            "of extending the base's")
+
+
+def check_path(environ: Mapping[str, str]) -> Metrics:
+    base_path = environ.get(BASE_PATH_ENV)
+    if not base_path:
+        msg = f"the image records no base PATH ({BASE_PATH_ENV}: built before it was recorded)"
+        raise Skip(msg)
+    path = environ.get("PATH", "")
+    metrics: Metrics = {"path": path, "base_path": base_path}
+    tools = {entry: _listing(entry) for entry in base_path.split(":") if entry}
+    require(judge_path(path, base_path, tools), metrics)
+    return metrics
+
+
+def _listing(folder: str) -> list[str]:
+    try:
+        return sorted(p.name for p in Path(folder).iterdir())[:5]
+    except OSError:
+        return []
 
 
 def check_cgroup() -> Metrics:

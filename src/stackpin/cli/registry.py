@@ -24,6 +24,7 @@ VERB_MODULES = (
     "report_cmd",
     "doctor_cmd",
     "serve_cmd",
+    "rehearsal_cmd",
 )
 
 

@@ -14,13 +14,16 @@ from stackpin.errors import ConfigurationError, VerificationError
 from stackpin.lock import write_text_atomic
 from stackpin.matrix import Cell
 from stackpin.matrixfile import load_cells
+from stackpin.target import VERIFIED_NAME
 
 
 def _report_files(paths: tuple[Path, ...]) -> list[Path]:
-    """Files as given; a directory (a downloaded CI artifact) adds every *.json under it."""
+    """Files as given; a directory (a downloaded CI artifact, build/reports/) adds every
+    *.json under it but the verified.json `stackpin verify` writes beside each report."""
     files: list[Path] = []
     for path in paths:
-        files += sorted(path.rglob("*.json")) if path.is_dir() else [path]
+        files += sorted(p for p in path.rglob("*.json") if p.name != VERIFIED_NAME) \
+            if path.is_dir() else [path]
     return files
 
 

@@ -37,9 +37,9 @@ from stackpin.target import resolve
               help=f"Cards the service may use, e.g. 0,1 ({devices_help()}); default: the "
                    "cell's [run] visible_devices.")
 @click.option("--no-devices", is_flag=True,
-              help="Run without the cell's device flags, on a host with no card: Studio "
-                   "starts on unsloth's CPU fallback (slow; for trying the image, not for "
-                   "training on it).")
+              help="Run without the cell's device flags and device-host mounts, on a host "
+                   "with no card: Studio starts on unsloth's CPU fallback (slow; for trying "
+                   "the image, not for training on it).")
 @json_option
 def command(cell_id: str, variant: Variant, port: int | None, models_dir: Path,
             state_dir: Path | None, timeout_s: int | None, devices: str | None,

@@ -56,8 +56,11 @@ RUN /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
 FROM stackpin/base-bookworm:b7491652529b
 COPY --from=install /opt/stackpin /opt/stackpin
 COPY verify/ /opt/stackpin/verify/
-# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.
-ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
+# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`. The base's
+# PATH is kept beside it (one ENV: both read the base's value), and verify L0.path checks
+# that the image's PATH still holds every entry of it.
+ENV STACKPIN_BASE_PATH=${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
+    PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
     VIRTUAL_ENV=/opt/stackpin/venv \
     PYTHONPATH=/opt/stackpin/verify \
     STACKPIN_ATTENTION=sdpa \

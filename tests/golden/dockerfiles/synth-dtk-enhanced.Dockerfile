@@ -54,9 +54,12 @@ RUN source /opt/dtk/env.sh && /tmp/uv/uv pip install --python /opt/stackpin/venv
 COPY stackpin/ /opt/stackpin/
 # The vendor boundary by verify's own rule (L0.boundary's): one file, beside the guard.
 COPY verify/stackpin_verify/boundary.py /opt/stackpin/boundary.py
+# The guard judges whether this step sourced the env script by verify's own rule (L0.dtk_env).
+COPY verify/stackpin_verify/dtk_env.py /opt/stackpin/dtk_env.py
 RUN source /opt/dtk/env.sh && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
         --python cp310 --torch 1.0.0+das.dtk9901 --numpy '<2' \
         --boundary /opt/stackpin/image.json \
+        --env-script /opt/dtk/env.sh \
         --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache /tmp/*
 # Every shell sources the env script: the base's /etc/bash.bashrc plus one line, and a
@@ -70,8 +73,11 @@ RUN source /opt/dtk/env.sh && mkdir -p /opt/stackpin/etc/profile.d \
 FROM registry.example.invalid/dtk:99.01
 COPY --from=install /opt/stackpin /opt/stackpin
 COPY verify/ /opt/stackpin/verify/
-# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.
-ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
+# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`. The base's
+# PATH is kept beside it (one ENV: both read the base's value), and verify L0.path checks
+# that the image's PATH still holds every entry of it.
+ENV STACKPIN_BASE_PATH=${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
+    PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
     VIRTUAL_ENV=/opt/stackpin/venv \
     PYTHONPATH=/opt/stackpin/verify \
     STACKPIN_ATTENTION=flash_attn \

@@ -71,8 +71,11 @@ RUN --mount=type=bind,source=stackpin,target=/tmp/context/stackpin \
     && rm -rf /root/.cache && find /tmp -mindepth 1 -maxdepth 1 ! -path /tmp/context -exec rm -rf {} + \
     && mkdir /opt/stackpin/verify && cp -a /tmp/context/verify/. /opt/stackpin/verify/ \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
-# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`.
-ENV PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
+# $PATH is the base image's: DTK and hyhal tools stay on it for `docker exec`. The base's
+# PATH is kept beside it (one ENV: both read the base's value), and verify L0.path checks
+# that the image's PATH still holds every entry of it.
+ENV STACKPIN_BASE_PATH=${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
+    PATH=/opt/stackpin/venv/bin:${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin} \
     VIRTUAL_ENV=/opt/stackpin/venv \
     PYTHONPATH=/opt/stackpin/verify \
     STACKPIN_ATTENTION=sdpa \
