@@ -58,9 +58,39 @@ def shipped_cells() -> dict[str, Cell]:
     return load_cells(sorted((ROOT / "pinning").glob("*.toml")))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+HEAVY_ENV = "STACKPIN_HEAVY"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Integration tests against the real daemon run last (tox's rule: cheap feedback first).
     items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
+    _deselect_heavy(config, items)
+
+
+def _deselect_heavy(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tiers that build accelerator-sized or many images (marker ``heavy``: the CUDA
+    cell's two images, every vendor rehearsal cell's) run only when asked, with
+    STACKPIN_HEAVY=1 or ``-m heavy``: together they cost more than CI's 90 minutes on 2
+    cores and its disk (docs/benchmarks.md). Deselected, never skipped, and said at the end."""
+    if os.environ.get(HEAVY_ENV) == "1" or "heavy" in (config.option.markexpr or ""):
+        return
+    heavy = [item for item in items if item.get_closest_marker("heavy") is not None]
+    if not heavy:
+        return
+    config.hook.pytest_deselected(items=heavy)
+    items[:] = [item for item in items if item.get_closest_marker("heavy") is None]
+    config.stash[_HEAVY_LEFT] = sorted({item.path.name for item in heavy})
+
+
+_HEAVY_LEFT = pytest.StashKey[list[str]]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    left = config.stash.get(_HEAVY_LEFT, [])
+    if left:
+        terminalreporter.write_line(
+            f"heavy tiers not run ({', '.join(left)}): {HEAVY_ENV}=1 bash scripts/test.sh "
+            "runs them (costs: docs/benchmarks.md)", yellow=True)
 
 
 def checkout_copy(dest: Path, *, wheels_from: Path = ROOT) -> Path:

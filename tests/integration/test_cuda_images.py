@@ -31,7 +31,7 @@ from stackpin.lock import read_lock
 sys.path.insert(0, str(ROOT / "verify"))
 from stackpin_verify.studio_api import Studio
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.heavy]
 
 VARIANTS = ("stable", "enhanced")
 UNSUPPORTED = "unsupported: no device"
