@@ -14,9 +14,12 @@
 #   - pytest's temporary folders of earlier runs (bundles of 1-2 GB each).
 # Not while a build or test run is in progress: its intermediate images would be removed.
 #
-# Usage: scripts/reclaim-disk.sh [--need GIB] [--keep-test-temp]
+# Usage: scripts/reclaim-disk.sh [--need GIB [--or-prune-cache]] [--keep-test-temp]
 #   --need GIB        exit 8 when, after reclaiming, less than GIB GiB is free where Docker
 #                     keeps its data (the disk the builds fill).
+#   --or-prune-cache  with --need: when that is not free, give back the default engine's
+#                     whole build cache too (only a cache: the next build is cold) before
+#                     judging. CI's choice: a cold run beats a refused one.
 #   --keep-test-temp  leave pytest's folders (after a run: what its failed tests left).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,11 +28,13 @@ say() { printf 'reclaim: %s\n' "$*"; }
 
 need_gib=0
 keep_test_temp=0
+or_prune_cache=0
 while (($#)); do
     case $1 in
         --need) (($# > 1)) || { say "--need takes a whole number of GiB"; exit 2; }
                 need_gib=$2; shift 2 ;;
         --keep-test-temp) keep_test_temp=1; shift ;;
+        --or-prune-cache) or_prune_cache=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) say "unknown argument $1 (see --help)"; exit 2 ;;
     esac
@@ -61,6 +66,11 @@ tmp_root=${TMPDIR:-/tmp}/pytest-of-$(id -un)
 if ((!keep_test_temp)) && [ -d "$tmp_root" ]; then rm -rf "$tmp_root"; fi
 
 after=$(free_gib)
+if ((after < need_gib && or_prune_cache)); then
+    say "$after GiB free, $need_gib needed: giving back the default engine's build cache too"
+    docker builder prune -af >/dev/null 2>&1 || true
+    after=$(free_gib)
+fi
 say "$after GiB free on the disk of $data_root (was $before GiB)"
 if ((after < need_gib)); then
     say "the build and test tiers need $need_gib GiB free there: remove other images" \

@@ -99,3 +99,44 @@ def test_bad_arguments_are_exit_2_and_change_nothing(docker_engine: DockerEngine
     finally:
         for image in (dangling, tagged):
             docker_engine.remove_image(image, force=True)
+
+
+def _recording_docker(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """PATH with a `docker` first that logs every call and passes it to the real one, except
+    `builder prune -af` (the whole build cache of the session's engine: logged, not run)."""
+    shims, log = tmp_path / "shims", tmp_path / "docker-calls"
+    shims.mkdir()
+    real = subprocess.run(["bash", "-c", "command -v docker"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    (shims / "docker").write_text(
+        "#!/usr/bin/env bash\n"
+        f'printf "%s\\n" "$*" >> {log}\n'
+        '[ "$*" = "builder prune -af" ] && exit 0\n'
+        f'exec {real} "$@"\n')
+    (shims / "docker").chmod(0o755)
+    return {"PATH": f"{shims}:{os.environ['PATH']}"}, log
+
+
+def test_or_prune_cache_gives_back_the_build_cache_only_when_the_need_is_not_met(
+        docker_engine: DockerEngine, tmp_path: Path):
+    path, log = _recording_docker(tmp_path)
+    env = {**os.environ, **path, "STACKPIN_ENGINES_RUN": str(tmp_path / "no-engines"),
+           "TMPDIR": str(tmp_path / "tmp")}
+    script = str(ROOT / "scripts" / "reclaim-disk.sh")
+    met = subprocess.run(["bash", script, "--keep-test-temp", "--need", "0", "--or-prune-cache"],
+                         capture_output=True, text=True, env=env, check=False)
+    assert met.returncode == 0, met.stdout + met.stderr
+    assert "builder prune -af" not in log.read_text().splitlines()
+    unmet = subprocess.run(["bash", script, "--keep-test-temp", "--need", str(1 << 20),
+                            "--or-prune-cache"], capture_output=True, text=True, env=env,
+                           check=False)
+    assert unmet.returncode == 8, unmet.stdout + unmet.stderr
+    assert "giving back the default engine's build cache too" in unmet.stdout
+    assert "builder prune -af" in log.read_text().splitlines()
+    # Without the flag the cache is never touched, however little is free.
+    log.write_text("")
+    bare = subprocess.run(["bash", script, "--keep-test-temp", "--need", str(1 << 20)],
+                          capture_output=True, text=True, env=env, check=False)
+    assert bare.returncode == 8
+    calls = log.read_text().splitlines()
+    assert calls and "builder prune -af" not in calls
