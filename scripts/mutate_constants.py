@@ -106,6 +106,7 @@ NOT_TOLERANCES: dict[str, str] = {
     "level6.BATCH_EXTEND": "workload: how many golden tokens lengthen the batched prompts",
     "level7.TIMEOUT_S": "a time limit, not a tolerance",
     "runner.LEVEL_MODULES": "level numbers, not a tolerance",
+    "runner.DEVICE_LEVELS": "level numbers (what needs a card), not a tolerance",
     "masked.PADDED_LENGTHS": "workload: the padded batch's lengths",
     "masked.HEADS": "workload: the head counts",
     "masked.HEAD_DIM": "workload: the head dim",

@@ -284,19 +284,24 @@ def ensure_base(
     cache_dir: Path,
     base_tar: Path | None = None,
     on_line: Callable[[str], None] = _ignore,
+    rehearsal_base: Callable[..., str] | None = None,
 ) -> ResolvedBase:
-    """Make the cell's base present locally and check it against the pinned digest."""
+    """Make the cell's base present locally and check it against the pinned digest.
+
+    ``rehearsal_base`` makes a rehearsal cell's base (``stackpin.rehearsal_base.ensure``,
+    passed in by the session: that module builds on this one, so this one cannot import it).
+    """
     origin: Literal["bootstrap", "local", "tar", "pull"]
     reference = cell.base.image
     if cell.base.bootstrap is not None and base_tar is not None:
         msg = f"cell '{cell.id}' bootstraps its base; --base-tar applies to image bases only"
         raise ConfigurationError(msg)
     if cell.rehearsal is not None:
-        # The stand-in vendor tree goes on the bootstrapped rootfs (stackpin.rehearsal_base,
-        # which builds on this module).
-        from stackpin.rehearsal_base import ensure as ensure_rehearsal_base
-
-        reference = ensure_rehearsal_base(engine, cell, cache_dir=cache_dir, on_line=on_line)
+        # The stand-in vendor tree goes on the bootstrapped rootfs.
+        if rehearsal_base is None:
+            msg = f"cell '{cell.id}' is a vendor rehearsal: its base needs the rehearsal base maker"
+            raise ConfigurationError(msg)
+        reference = rehearsal_base(engine, cell, cache_dir=cache_dir, on_line=on_line)
         info, origin = _present(engine, reference), "bootstrap"
     elif cell.base.bootstrap is not None:
         reference = bootstrap_image(

@@ -22,17 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from stackpin.abi import parse_wheel_filename
-from stackpin.errors import BundleError, ConfigurationError
+from stackpin.errors import ConfigurationError
 from stackpin.lock import Lock, read_lock, stale_reason
 from stackpin.matrix import Base, Cell, PinnedWheel
 from stackpin.rehearsalspec import Rehearsal, describe
-from stackpin.target import LABEL_REHEARSAL
 from stackpin.untrusted import parse_json, read_bounded
 from stackpin.vendortree import DEBIAN_LLD_PACKAGE, TREES
 
@@ -201,17 +200,3 @@ def read_pins(root: Path) -> dict[str, str]:
               "'stackpin rehearsal make CELL'"
         raise ConfigurationError(msg)
     return dict(pins)
-
-
-def refuse_rehearsal(labels: Mapping[str, str], *, cell: str, tag: str,
-                     allowed: Collection[str]) -> None:
-    """BundleError when the image is a rehearsal and its cell was not allowed by name."""
-    marked = labels.get(LABEL_REHEARSAL)
-    if marked is None or cell in allowed:
-        return
-    msg = (
-        f"{tag} is a vendor rehearsal image ({marked}), not a {cell} image for a site: "
-        f"build it from the real vendor files, or pass --allow-rehearsal {cell} to bundle "
-        f"the stand-in on purpose"
-    )
-    raise BundleError(msg)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from stackpin import __version__
+from stackpin import __version__, rehearsal_base
 from stackpin.bootstrap import ensure_base
 from stackpin.build import BuildPlan, LineSink, plan, preflight, vet_cell
 from stackpin.bundle.source import load_bundled_base, recorded_commit
@@ -94,6 +94,7 @@ def start(engine: Engine, prepared: Prepared, *, requested_builder: str, buildx:
     cell = prepared.targets[0].cell
     if offline:
         load_bundled_base(engine, cell, prepared.layout.root, on_line=on_line)
-    base = ensure_base(engine, cell, cache_dir=cache_dir(), base_tar=base_tar, on_line=on_line)
+    base = ensure_base(engine, cell, cache_dir=cache_dir(), base_tar=base_tar, on_line=on_line,
+                       rehearsal_base=rehearsal_base.ensure)
     choice = select_builder(requested_builder, report=engine.report(), buildx=buildx)
     return Session(prepared=prepared, engine=engine, base_id=base.image_id, builder=choice)

@@ -8,7 +8,7 @@ the same paths whose every file says it is a stand-in, holding exactly what the 
 ``llvm/bin/ld.lld`` (a link to Debian's real linker, installed in the base) and the device
 tools the site scripts call (``hy-smi``, ``rocm-smi``). Nothing here runs a kernel.
 
-The platform facts live in ``TREES``, one entry per platform, so they can move as a whole.
+The platform facts live in each platform's spec (``PlatformSpec.vendor_tree``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ import io
 import tarfile
 from dataclasses import dataclass
 
+from stackpin import platforms
 from stackpin.matrix import Cell
+from stackpin.platforms.spec import TreeFacts
 
 # The PATH of a Debian image (stackpin.bootstrap.IMAGE_ENV): the vendor base puts its own
 # entries in front of it.
@@ -28,35 +30,9 @@ DEBIAN_LLD = "/usr/bin/ld.lld"
 DEBIAN_LLD_PACKAGE = "lld"
 
 
-@dataclass(frozen=True, kw_only=True)
-class TreeFacts:
-    """Where one platform's vendor tree lives and what its base image puts on PATH."""
-
-    product: str  # how the vendor names it: DTK, ROCm
-    root: str  # the versioned folder; {version} is the cell's platform_version
-    link: str  # the unversioned name the cells use (/opt/dtk, /opt/rocm)
-    path: tuple[str, ...]  # PATH entries the vendor base image puts before Debian's
-    tools: tuple[tuple[str, str], ...]  # (absolute path, what it stands in for)
-    hip_library: str  # the HIP runtime library's file name in lib/
-
-
-TREES: dict[str, TreeFacts] = {
-    # DTK keeps ROCm's layout under its own name; libamdhip64 resolves to libgalaxyhip on
-    # the DTK driver (dcu-facts.md). hy-smi comes with hyhal, which the field mounts from
-    # the host at /opt/hyhal: a site's mount replaces this stand-in with the real tool.
-    "dtk": TreeFacts(
-        product="DTK", root="/opt/dtk-{version}-rehearsal", link="/opt/dtk",
-        path=("/opt/dtk/bin", "/opt/hyhal/bin"),
-        tools=(("/opt/hyhal/bin/hy-smi", "hy-smi, hyhal's device monitor"),),
-        hip_library="libgalaxyhip.so",
-    ),
-    "rocm": TreeFacts(
-        product="ROCm", root="/opt/rocm-{version}-rehearsal", link="/opt/rocm",
-        path=("/opt/rocm/bin", "/opt/rocm/llvm/bin"),
-        tools=(("/opt/rocm/bin/rocm-smi", "rocm-smi, ROCm's device monitor"),),
-        hip_library="libamdhip64.so",
-    ),
-}
+# Every platform whose base image holds a vendor tree (its PlatformSpec says where).
+TREES: dict[str, TreeFacts] = {spec.name: spec.vendor_tree for spec in platforms.specs()
+                               if spec.vendor_tree is not None}
 
 
 @dataclass(frozen=True, kw_only=True)

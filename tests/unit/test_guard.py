@@ -237,12 +237,13 @@ def test_the_guard_and_l0_judge_a_swapped_build_with_the_same_words():
 
 
 def _guard_with_dtk_env(tmp_path: Path) -> Path:
-    """guard.py with dtk_env.py beside it, as the Dockerfile copies them into /opt/stackpin."""
+    """guard.py with dtk_env.py and boundary.py beside it, as the Dockerfile copies them into
+    /opt/stackpin."""
     folder = tmp_path / "opt-stackpin"
     folder.mkdir()
     (folder / "guard.py").write_text(GUARD.read_text())
-    (folder / "dtk_env.py").write_text(
-        (ROOT / "verify" / "stackpin_verify" / "dtk_env.py").read_text())
+    for name in ("dtk_env.py", "boundary.py"):  # both beside it, as in the image
+        (folder / name).write_text((ROOT / "verify" / "stackpin_verify" / name).read_text())
     return folder / "guard.py"
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from test_bundle_fakes import CPU_CELL, engine_with_cpu, export_cpu
 
+from stackpin.bundle.resolved import refuse_rehearsal
 from stackpin.cli.bundle_cmd import export
 from stackpin.errors import BundleError, ValidationError
-from stackpin.rehearsal import refuse_rehearsal
 from stackpin.standin import MARKER, StandIn, relabel_wheel
 from stackpin.target import LABEL_REHEARSAL
 

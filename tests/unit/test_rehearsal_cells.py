@@ -12,6 +12,7 @@ from tests.conftest import CPU_CELL, K100_CELL, ROOT
 
 from stackpin import rehearsal, rehearsal_base, vendortree
 from stackpin.bootstrap import bootstrap_request
+from stackpin.context import read_sources
 from stackpin.errors import ConfigurationError
 from stackpin.lock import read_lock, stale_reason
 from stackpin.matrix import Variant, cell_to_dict
@@ -142,7 +143,8 @@ def test_stand_in_file_names():
 
 def _render(cell, variant=Variant.STABLE):
     return render(RenderRequest(cell=cell, variant=variant, lock=read_lock(ROOT, cell.id),
-                                templates_dir=ROOT / "templates", stackpin_version="test"))
+                                sources=read_sources(ROOT / "templates"),
+                                stackpin_version="test"))
 
 
 def test_rehearsal_images_are_labelled_and_say_so_in_image_json(derived, shipped_cells):
@@ -188,7 +190,7 @@ def test_the_tree_holds_what_l0_dtk_env_looks_for(derived, tmp_path):
     assert (lld.kind, lld.target) == ("link", vendortree.DEBIAN_LLD)  # Debian's real linker
     assert cell.env["TRITON_HIP_LLD_PATH"] == "/opt/dtk/llvm/bin/ld.lld"
     assert entries["/opt/dtk"].target == "dtk-26.04-rehearsal"
-    assert dtk_env.versions_in_paths({"ROCM_PATH": root}, resolve=False) == {"ROCM_PATH": "26.04"}
+    assert dtk_env.versions_in_paths({"ROCM_PATH": root}) == {"ROCM_PATH": "26.04"}
     # Every file says it is a stand-in; every tool refuses.
     for entry in entries.values():
         if entry.kind == "file" and not entry.path.endswith("env.sh"):

@@ -147,3 +147,19 @@ def test_summary_table_lists_each_check_with_key_number(sample: dict[str, object
     speedup = next(line for line in table if line.startswith("L3.flash.speedup"))
     assert "FAIL (optional)" in speedup
     assert table[-1].startswith("passed 1, failed 2 (1 required), skipped 1 in 1.2 s")
+
+
+def test_a_nan_metric_is_written_as_strict_json(sample: dict[str, object], tmp_path):
+    """A broken kernel's error is often NaN or inf: the report must stay JSON that strict
+    readers (the grid, jq) take, with the value still saying what it was."""
+    broken = copy.deepcopy(sample)
+    checks = broken["checks"]
+    assert isinstance(checks, list)
+    checks[0]["metrics"] = {"max_abs_diff": float("nan"), "bound": float("inf"),
+                            "per_row": [1.0, float("-inf")]}
+    json_path, _ = report.write_reports(broken, tmp_path / "out")
+    text = json_path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    metrics = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the report"))[
+        "checks"][0]["metrics"]
+    assert metrics == {"max_abs_diff": "nan", "bound": "inf", "per_row": [1.0, "-inf"]}

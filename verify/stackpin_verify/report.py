@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -136,11 +137,26 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float as the string Python prints for it ("nan",
+    "inf", "-inf"): a broken kernel's metric is often NaN, and NaN is not JSON (the grid, jq
+    and every strict reader refuse the whole report for it)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def write_reports(report: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path = out_dir / "report.json"
     xml_path = out_dir / "report.xml"
-    _atomic_write(json_path, json.dumps(report, indent=2, sort_keys=False, default=str) + "\n")
+    text = json.dumps(json_safe(report), indent=2, sort_keys=False, default=str,
+                      allow_nan=False)
+    _atomic_write(json_path, text + "\n")
     root = to_junit(report)
     ET.indent(root)
     xml_text = ET.tostring(root, encoding="unicode", xml_declaration=True)

@@ -9,7 +9,7 @@ request.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,10 +27,9 @@ from stackpin.bundle.secrets import scan_image_config
 from stackpin.engine import Engine
 from stackpin.errors import BundleError, ValidationError
 from stackpin.matrix import Variant
-from stackpin.rehearsal import refuse_rehearsal
 from stackpin.render import service_info
 from stackpin.signing import Signer
-from stackpin.target import LABEL_LOCK_DIGEST, Layout, Target
+from stackpin.target import LABEL_LOCK_DIGEST, LABEL_REHEARSAL, Layout, Target
 from stackpin.verification import verified_image
 
 
@@ -142,3 +141,18 @@ def _resolve(engine: Engine, selection: Selection, target: Target, *, profile: s
     reports = target.report_dir if verified_image(target) == info.id else None
     return BuiltImage(selection=selection, image=image, record=record, dockerfile=dockerfile,
                       reports=reports)
+
+
+def refuse_rehearsal(labels: Mapping[str, str], *, cell: str, tag: str,
+                     allowed: Collection[str]) -> None:
+    """BundleError when the image is a vendor rehearsal (stackpin.rehearsal) and its cell
+    was not allowed by name."""
+    marked = labels.get(LABEL_REHEARSAL)
+    if marked is None or cell in allowed:
+        return
+    msg = (
+        f"{tag} is a vendor rehearsal image ({marked}), not a {cell} image for a site: "
+        f"build it from the real vendor files, or pass --allow-rehearsal {cell} to bundle "
+        f"the stand-in on purpose"
+    )
+    raise BundleError(msg)

@@ -18,6 +18,7 @@ from stackpin.platforms.spec import (
     RunDefaults,
     TokenPattern,
     TorchRule,
+    TreeFacts,
     VendorLabels,
     WheelLabel,
 )
@@ -114,4 +115,13 @@ SPEC = PlatformSpec(
     ),
     release_node="/dev/kfd",
     one_profile_per_card=True,
+    vendor_tree=TreeFacts(
+        # DTK keeps ROCm's layout under its own name; libamdhip64 resolves to libgalaxyhip on
+        # the DTK driver (dcu-facts.md). hy-smi comes with hyhal, which the field mounts from
+        # the host at /opt/hyhal: a site's mount replaces this stand-in with the real tool.
+        product="DTK", root="/opt/dtk-{version}-rehearsal", link="/opt/dtk",
+        path=("/opt/dtk/bin", "/opt/hyhal/bin"),
+        tools=(("/opt/hyhal/bin/hy-smi", "hy-smi, hyhal's device monitor"),),
+        hip_library="libgalaxyhip.so",
+    ),
 )

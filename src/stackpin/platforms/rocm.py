@@ -12,6 +12,7 @@ from stackpin.platforms.spec import (
     RunDefaults,
     TokenPattern,
     TorchRule,
+    TreeFacts,
     WheelLabel,
 )
 
@@ -47,4 +48,10 @@ SPEC = PlatformSpec(
     ),
     release_node="/dev/kfd",
     one_profile_per_card=True,
+    vendor_tree=TreeFacts(
+        product="ROCm", root="/opt/rocm-{version}-rehearsal", link="/opt/rocm",
+        path=("/opt/rocm/bin", "/opt/rocm/llvm/bin"),
+        tools=(("/opt/rocm/bin/rocm-smi", "rocm-smi, ROCm's device monitor"),),
+        hip_library="libamdhip64.so",
+    ),
 )

@@ -140,6 +140,19 @@ def no_base_tag(_reference: str) -> BaseTag | None:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TreeFacts:
+    """Where a platform's vendor tree lives in its base image and what that base puts on
+    PATH: what a vendor rehearsal's stand-in tree copies (stackpin.vendortree)."""
+
+    product: str  # how the vendor names it: DTK, ROCm
+    root: str  # the versioned folder; {version} is the cell's platform_version
+    link: str  # the unversioned name the cells use (/opt/dtk, /opt/rocm)
+    path: tuple[str, ...]  # PATH entries the vendor base image puts before Debian's
+    tools: tuple[tuple[str, str], ...]  # (absolute path, what it stands in for)
+    hip_library: str  # the HIP runtime library's file name in lib/
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlatformSpec:
     """One platform, declared once (the module ``stackpin.platforms.<name>``)."""
 
@@ -171,6 +184,8 @@ class PlatformSpec:
     # `fuser NODE` to list nobody (freed device memory lags process exit, dcu-facts.md).
     release_node: str = ""
     one_profile_per_card: bool = False  # start refuses a second profile: never train on both
+    # The vendor tree of its base image, for a vendor rehearsal; None: it has none.
+    vendor_tree: TreeFacts | None = None
     # --- CI
     ci_runner: str = ""  # a hosted runner's label; empty: self-hosted, <name>, <arch>
 

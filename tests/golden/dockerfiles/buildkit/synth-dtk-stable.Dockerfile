@@ -58,15 +58,18 @@ RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
 # Guard: the build fails here, not at the site, when pip installed anything but the pins
 # (pip check inside, less the requirements the cell drops by name in the matrix).
 # The build files and verify/ are copied by RUN, not COPY, so the clamp covers them too;
-# the vendor boundary is verify's own rule (L0.boundary's): one file, beside the guard.
+# the vendor boundary is verify's own rule (L0.boundary's): one file, beside the guard;
+# where the cell has an env script, whether this step sourced it is L0.dtk_env's rule.
 RUN --mount=type=bind,source=stackpin,target=/tmp/context/stackpin \
     --mount=type=bind,source=verify,target=/tmp/context/verify \
     --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
     t0=$(date +%s%N) && cp -a /tmp/context/stackpin/. /opt/stackpin/ \
     && cp /tmp/context/verify/stackpin_verify/boundary.py /opt/stackpin/boundary.py \
+    && cp /tmp/context/verify/stackpin_verify/dtk_env.py /opt/stackpin/dtk_env.py \
     && source /opt/dtk/env.sh && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
         --python cp310 --torch 1.0.0+das.dtk9901 --numpy '<2' \
         --boundary /opt/stackpin/image.json \
+        --env-script /opt/dtk/env.sh \
         --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache && find /tmp -mindepth 1 -maxdepth 1 ! -path /tmp/context -exec rm -rf {} + \
     && mkdir /opt/stackpin/verify && cp -a /tmp/context/verify/. /opt/stackpin/verify/ \

@@ -58,7 +58,8 @@ RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
 # Guard: the build fails here, not at the site, when pip installed anything but the pins
 # (pip check inside, less the requirements the cell drops by name in the matrix).
 # The build files and verify/ are copied by RUN, not COPY, so the clamp covers them too;
-# the vendor boundary is verify's own rule (L0.boundary's): one file, beside the guard.
+# the vendor boundary is verify's own rule (L0.boundary's): one file, beside the guard;
+# where the cell has an env script, whether this step sourced it is L0.dtk_env's rule.
 RUN --mount=type=bind,source=stackpin,target=/tmp/context/stackpin \
     --mount=type=bind,source=verify,target=/tmp/context/verify \
     --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
