@@ -7,7 +7,8 @@ export STACKPIN_REQUIRE_DOCKER=${STACKPIN_REQUIRE_DOCKER:-1}
 
 .venv/bin/ruff check src tests verify || exit 1
 .venv/bin/mypy || exit 1  # files: pyproject.toml (src/stackpin and verify/)
-.venv/bin/pytest "$@"
+# The slowest tests, each run: what every heavy test costs stays in the CI log.
+.venv/bin/pytest --durations=30 "$@"
 rc=$?
 # pytest exits 5 when it collected no test: that is a broken suite, not a pass.
 [ "$rc" = 5 ] && { echo "test: pytest collected no tests" >&2; exit 1; }
