@@ -31,7 +31,9 @@ BIN_PATH=$ROOT/usr/sbin:$ROOT/usr/bin:/usr/sbin:/usr/bin:/sbin:/bin
 host_of() { printf 'unix://%s/%s/docker.sock' "$RUN_DIR" "$1"; }
 
 if [ "${1:-}" = --print-hosts ]; then
-    echo "docker20=unix:///var/run/docker.sock"
+    # The default engine is the one the docker CLI talks to (DOCKER_HOST when set): the
+    # matrix must not test another daemon than the rest of the run builds on.
+    echo "docker20=${DOCKER_HOST:-unix:///var/run/docker.sock}"
     for entry in "${ENGINES[@]}"; do
         read -r name _ <<<"$entry"
         echo "$name=$(host_of "$name")"
