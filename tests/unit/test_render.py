@@ -11,6 +11,7 @@ import dataclasses
 import json
 import re
 import shlex
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -175,6 +176,7 @@ def test_fragment_install_layer():
     )
 
 
+
 def test_fragment_install_layer_with_the_pinned_installer():
     layer = {"group": "stack", "title": "Layer 2: T.", "why": "W."}
     assert _fragment("install-layer", layer=layer, prefix="", installer=INSTALLER,
@@ -187,8 +189,38 @@ def test_fragment_install_layer_with_the_pinned_installer():
         "        --no-index --no-deps --require-hashes --no-build \\\n"
         "        --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt "
         "\\\n"
+        f"{UV_CACHE_STRIP}"
         "    && rm -rf /tmp/wheelhouse/stack\n"
     )
+
+
+UV_CACHE_STRIP = (
+    "    && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c "
+    "'for f; do sed -i \"/\\/uv_cache\\.json,/d\" \"${f%/uv_cache.json}/RECORD\" && rm \"$f\"; "
+    "done' sh {} + \\\n"
+)
+
+
+def test_uv_cache_records_go_with_their_record_lines(tmp_path):
+    """uv writes dist-info/uv_cache.json with the install time: the layer must not keep it
+    (two builds of one lock gave two image IDs), and RECORD must not name a file that is gone."""
+    lib = tmp_path / "lib"
+    info = lib / "python3.11" / "site-packages" / "demo-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "uv_cache.json").write_text('{"timestamp":{"secs_since_epoch":1796208788}}')
+    (info / "METADATA").write_text("Name: demo\n")
+    (info / "RECORD").write_text("demo/__init__.py,sha256=abc,1\n"
+                                 "demo-1.0.dist-info/METADATA,sha256=def,12\n"
+                                 "demo-1.0.dist-info/uv_cache.json,sha256=ghi,46\n"
+                                 "demo-1.0.dist-info/RECORD,,\n")
+    command = UV_CACHE_STRIP.replace("    && ", "", 1).rstrip("\\\n").replace(
+        "/opt/stackpin/venv/lib", str(lib))
+    subprocess.run(["bash", "-euc", command], check=True)
+    assert not (info / "uv_cache.json").exists()
+    assert (info / "RECORD").read_text() == ("demo/__init__.py,sha256=abc,1\n"
+                                             "demo-1.0.dist-info/METADATA,sha256=def,12\n"
+                                             "demo-1.0.dist-info/RECORD,,\n")
+    assert (info / "METADATA").exists()
 
 
 def test_the_installer_is_checked_before_it_runs_and_never_reaches_the_image():

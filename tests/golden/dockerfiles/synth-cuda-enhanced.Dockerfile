@@ -31,6 +31,7 @@ COPY wheels/vendor/ /tmp/wheelhouse/vendor/
 RUN /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
         --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/vendor -r /tmp/wheelhouse/vendor/requirements.txt \
+    && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
     && rm -rf /tmp/wheelhouse/vendor
 
 # Layer 2: the rest of the stack, every transitive wheel locked by sha256.
@@ -39,6 +40,7 @@ COPY wheels/stack/ /tmp/wheelhouse/stack/
 RUN /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
         --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt \
+    && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
     && rm -rf /tmp/wheelhouse/stack
 
 # Layer 3: FlashAttention (enhanced variant only), --no-deps.
@@ -47,6 +49,7 @@ COPY wheels/attention/ /tmp/wheelhouse/attention/
 RUN /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
         --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/attention -r /tmp/wheelhouse/attention/requirements.txt \
+    && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
     && rm -rf /tmp/wheelhouse/attention
 
 # Guard: the build fails here, not at the site, when pip installed anything but the pins

@@ -43,6 +43,7 @@ RUN --mount=type=bind,source=wheels/vendor,target=/tmp/wheelhouse/vendor \
     t0=$(date +%s%N) && /opt/stackpin-tools/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
         --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/vendor -r /tmp/wheelhouse/vendor/requirements.txt \
+    && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
 # Layer 2: the rest of the stack, every transitive wheel locked by sha256.
@@ -53,6 +54,7 @@ RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
     t0=$(date +%s%N) && /opt/stackpin-tools/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
         --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt \
+    && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
 # Guard: the build fails here, not at the site, when pip installed anything but the pins
