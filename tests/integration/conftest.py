@@ -154,10 +154,6 @@ def rehearsal_builds(docker_engine: DockerEngine, cpu_project: Path,
     yield builds
     for cell in list(builds.built):
         builds.drop(cell)
-    if os.environ.get("CI") == "true":
-        # The six rehearsal builds leave ~19 GB of BuildKit cache that nothing later in the
-        # run reuses (measured here); on a CI machine the disk goes back to the tiers after.
-        subprocess.run(["docker", "builder", "prune", "-af"], capture_output=True, check=False)
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     for cell, costs in builds.costs.items():
         line = f"rehearsal cost {cell}: {json.dumps(costs, sort_keys=True)}"

@@ -35,7 +35,7 @@ from stackpin.target import LABEL_REHEARSAL
 sys.path.insert(0, str(ROOT / "verify"))
 from stackpin_verify.studio_api import Studio
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.heavy]
 
 
 
