@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from stackpin.platforms.spec import (
+    HIP_NODE_PROBES,
     BaseTag,
     PlatformSpec,
     Probe,
@@ -106,10 +107,7 @@ SPEC = PlatformSpec(
     collective="nccl",  # RCCL underneath, as on ROCm
     hip_lld_required=True,
     probes=(
-        Probe(kind="node", target="/dev/kfd", passed="device: /dev/kfd",
-              failed="device: /dev/kfd is missing (driver not loaded?)"),
-        Probe(kind="node", target="/dev/dri", passed="device: /dev/dri",
-              failed="device: /dev/dri is missing (driver not loaded?)"),
+        *HIP_NODE_PROBES,
         Probe(kind="folder", target="/opt/hyhal", passed="dtk: /opt/hyhal present",
               failed="dtk: /opt/hyhal is missing: install the DCU driver package (hyhal)"),
     ),

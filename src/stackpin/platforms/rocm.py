@@ -7,8 +7,8 @@ HIP_VISIBLE_DEVICES; /dev/kfd and /dev/dri; like DTK, a stop waits for /dev/kfd.
 from __future__ import annotations
 
 from stackpin.platforms.spec import (
+    HIP_NODE_PROBES,
     PlatformSpec,
-    Probe,
     RunDefaults,
     TokenPattern,
     TorchRule,
@@ -41,10 +41,7 @@ SPEC = PlatformSpec(
     backend="rocm",
     collective="nccl",  # RCCL underneath
     probes=(
-        Probe(kind="node", target="/dev/kfd", passed="device: /dev/kfd",
-              failed="device: /dev/kfd is missing (driver not loaded?)"),
-        Probe(kind="node", target="/dev/dri", passed="device: /dev/dri",
-              failed="device: /dev/dri is missing (driver not loaded?)"),
+        *HIP_NODE_PROBES,
     ),
     release_node="/dev/kfd",
     one_profile_per_card=True,

@@ -101,6 +101,17 @@ class Probe:
     podman_no_cdi: str = ""
 
 
+
+def node_probe(node: str) -> Probe:
+    """The preflight check that a device node exists, in the words every HIP and CUDA
+    platform uses (its kernel driver makes the node)."""
+    return Probe(kind="node", target=node, passed=f"device: {node}",
+                 failed=f"device: {node} is missing (driver not loaded?)")
+
+
+# The nodes a HIP runtime opens (DTK and ROCm alike): the KFD and the render nodes.
+HIP_NODE_PROBES = (node_probe("/dev/kfd"), node_probe("/dev/dri"))
+
 @dataclass(frozen=True, kw_only=True)
 class RunDefaults:
     """The run flags a new cell of the platform starts from (the field's, dcu-facts.md).
