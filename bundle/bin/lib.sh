@@ -257,6 +257,19 @@ load_bundle_conf() {
     . "$BUNDLE/bin/bundle.conf"
 }
 
+# The whole bundle checked (the signature's trust, SHA256SUMS, its listing, every file),
+# then bundle.conf sourced: what load.sh and push.sh do before an engine or a registry is
+# touched.
+verify_bundle_files() {
+    check_trust
+    check_sums_file
+    check_listing
+    check_files
+    say PASS "checksums: every file matches SHA256SUMS, no file missing or extra"
+    load_bundle_conf
+    [[ "$BUNDLE_UNPACKED_BYTES" =~ ^[0-9]{1,16}$ ]] || die "bin/bundle.conf: BUNDLE_UNPACKED_BYTES is not a size"
+}
+
 require_profile() {  # PROFILE: a well-formed name of one of this bundle's profiles, or a usage error
     local profile=$1 known=()
     [[ "$profile" =~ ^[a-z0-9][a-z0-9.-]*$ ]] || die_with "$EXIT_USAGE" "profile '$profile' is not a profile name"

@@ -23,13 +23,7 @@ need sha256sum "coreutils checks every file"
 need zstd "it decompresses images.tar.zst"
 need_engine "it loads the images"
 
-check_trust
-check_sums_file
-check_listing
-check_files
-say PASS "checksums: every file matches SHA256SUMS, no file missing or extra"
-load_bundle_conf
-[[ "$BUNDLE_UNPACKED_BYTES" =~ ^[0-9]{1,16}$ ]] || die "bin/bundle.conf: BUNDLE_UNPACKED_BYTES is not a size"
+verify_bundle_files
 if [ "${#BUNDLE_BASE_CHAINS[@]}" -gt 0 ]; then
     held=$(mktemp)
     trap 'rm -f "$held"' EXIT

@@ -43,13 +43,7 @@ need zstd "it decompresses images.tar.zst"
 need tar "it unpacks the images' layout for skopeo"
 need skopeo "it copies the images into the registry (Debian/Ubuntu/RHEL: install skopeo)"
 
-check_trust
-check_sums_file
-check_listing
-check_files
-say PASS "checksums: every file matches SHA256SUMS, no file missing or extra"
-load_bundle_conf
-[[ "$BUNDLE_UNPACKED_BYTES" =~ ^[0-9]{1,16}$ ]] || die "bin/bundle.conf: BUNDLE_UNPACKED_BYTES is not a size"
+verify_bundle_files
 
 scheme=https
 tls_args=()
