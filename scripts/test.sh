@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
 # README command 2: every check the project has. Lint and types first (cheap), then the
-# unit tests, then the integration tests against the real Docker daemon (marker docker).
+# tests without a daemon on every core (pytest-xdist), then the integration tests against
+# the real Docker daemon (marker docker), one at a time: they share the daemon and its builds.
+# Arguments go to one plain pytest run instead (`bash scripts/test.sh tests/unit -k lock`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export STACKPIN_REQUIRE_DOCKER=${STACKPIN_REQUIRE_DOCKER:-1}
 
 .venv/bin/ruff check src tests verify || exit 1
 .venv/bin/mypy || exit 1  # files: pyproject.toml (src/stackpin and verify/)
-# The slowest tests, each run: what every heavy test costs stays in the CI log.
-.venv/bin/pytest --durations=30 "$@"
-rc=$?
+
 # pytest exits 5 when it collected no test: that is a broken suite, not a pass.
-[ "$rc" = 5 ] && { echo "test: pytest collected no tests" >&2; exit 1; }
+run_pytest() {
+    .venv/bin/pytest "$@"
+    local rc=$?
+    [ "$rc" = 5 ] && { echo "test: pytest collected no tests ($*)" >&2; return 1; }
+    return "$rc"
+}
+
+if [ "$#" -gt 0 ]; then
+    run_pytest "$@"
+    exit $?
+fi
+# The slowest tests, each run: what every heavy test costs stays in the CI log.
+rc=0
+run_pytest --durations=15 --numprocesses auto -m "not docker" || rc=$?
+run_pytest --durations=30 -m docker || rc=$?
 exit "$rc"
