@@ -12,11 +12,9 @@ import argparse
 import importlib.metadata as metadata
 import json
 import os
-import py_compile
 import re
 import subprocess
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -133,40 +131,11 @@ def run_pip_check() -> str:
     return done.stdout + done.stderr
 
 
-def _compile_one(path: str) -> str:
-    """Compile one file; return its path when this interpreter cannot parse it."""
-    try:
-        # Unchecked-hash pycs hold no timestamp (reproducible) and are never re-validated:
-        # the environment is immutable once built.
-        py_compile.compile(
-            path, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
-        )
-    except py_compile.PyCompileError as exc:
-        if isinstance(exc.exc_value, SyntaxError):
-            return path
-        raise
-    return ""
-
-
-def compile_tree(root: str) -> None:
-    """Byte-compile every module once; files written for a newer Python are counted, not fatal.
-
-    Wheels ship such files on purpose (torch's py312_intrinsics.py): this interpreter would
-    never import them, and pip's own compile step skips them the same way.
-    """
-    files = sorted(str(p) for p in Path(root).rglob("*.py"))
-    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        skipped = [p for p in pool.map(_compile_one, files, chunksize=64) if p]
-    print(f"stackpin guard: compiled {len(files) - len(skipped)} modules, "
-          f"{len(skipped)} skipped (syntax of a newer Python)")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--python", required=True, help="CPython tag, e.g. cp311")
     parser.add_argument("--torch", required=True, help="exact torch version with local label")
     parser.add_argument("--numpy", required=True, help="numpy constraint, e.g. <2")
-    parser.add_argument("--compile", metavar="DIR", help="then byte-compile DIR (unchecked-hash)")
     parser.add_argument("--boundary", metavar="IMAGE_JSON",
                         help="check the vendor boundary (provided, excluded) of image.json and "
                              "run pip check less its dropped requirements")
@@ -184,8 +153,6 @@ def main() -> int:
     if found:
         return 1
     print(f"stackpin guard: python {args.python}, torch {args.torch}, numpy{args.numpy}: ok")
-    if args.compile:
-        compile_tree(args.compile)
     return 0
 
 

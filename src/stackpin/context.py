@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from stackpin import healthcheck
+from stackpin.layers import layer_of
 from stackpin.lock import Lock
 from stackpin.render import Rendered, Sources
 from stackpin.tools import CONTEXT_DIR
@@ -52,7 +53,8 @@ def stage_context(
     rendered: Rendered, lock: Lock, *, root: Path, folder: Path, groups: tuple[str, ...],
     tools: tuple[Path, ...] = (),
 ) -> Path:
-    """A complete build context: rendered files, verify/, each layer's locked wheels and
+    """A complete build context: rendered files, verify/, each layer's locked wheels (in
+    wheels/LAYER/, stackpin.layers' split of the lock's groups) and
     the build tools' files (``tools``: the pinned installer's wheel, checked already) in tools/.
 
     Wheels are hard-linked when the filesystem allows (no copy of gigabytes), else copied.
@@ -67,7 +69,7 @@ def stage_context(
     for wheel in lock.wheels:
         if wheel.group not in groups:
             continue
-        target = folder / "wheels" / wheel.group / wheel.filename
+        target = folder / "wheels" / layer_of(wheel) / wheel.filename
         _link_or_copy(locate(root, lock.cell, wheel.filename), target)
     for tool in tools:
         _link_or_copy(tool, folder / CONTEXT_DIR / tool.name)

@@ -23,28 +23,13 @@ from stackpin.boundary import effective_provided
 from stackpin.compat import compat_files
 from stackpin.engine.builders import Builder
 from stackpin.errors import ConfigurationError
-from stackpin.lock import GROUPS, Group, Lock, LockedWheel, wheel_name_version
+from stackpin.layers import InstallLayer, install_layers
+from stackpin.lock import GROUPS, Group, Lock, wheel_name_version
 from stackpin.matrix import Cell, Variant, cell_json
 from stackpin.primitives import pretty_json, rfc3339
 from stackpin.rehearsalspec import RUN_KIND, describe
 from stackpin.servicespec import Service
 from stackpin.tools import Installer
-
-_LAYER_TEXT: dict[Group, tuple[str, str]] = {
-    "vendor": (
-        "Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.",
-        "--no-deps so pip can never replace the vendor torch with a generic one from an index.",
-    ),
-    "stack": (
-        "Layer 2: the rest of the stack, every transitive wheel locked by sha256.",
-        "Changing one stack pin rebuilds from here; the torch layer above stays cached.",
-    ),
-    "attention": (
-        "Layer 3: FlashAttention (enhanced variant only), --no-deps.",
-        "Last, so the stable and enhanced images share every layer before it.",
-    ),
-}
-
 
 # Where BuildKit's tools stage keeps the step clamp and uv; bind-mounted, never in the image.
 TOOLS_MOUNT = "/opt/stackpin-tools"
@@ -278,9 +263,9 @@ def layer_groups(cell: Cell, variant: Variant) -> tuple[Group, ...]:
     return tuple(wanted)
 
 
-def requirements_text(group: Group, wheels: tuple[LockedWheel, ...]) -> str:
-    lines = [f"# stackpin lock, layer '{group}': pip install --no-deps --require-hashes"]
-    lines += [f"{w.name}=={w.version} --hash=sha256:{w.sha256}" for w in wheels]
+def requirements_text(layer: InstallLayer) -> str:
+    lines = [f"# stackpin lock, layer '{layer.name}': pip install --no-deps --require-hashes"]
+    lines += [f"{w.name}=={w.version} --hash=sha256:{w.sha256}" for w in layer.wheels]
     return "\n".join(lines) + "\n"
 
 
@@ -311,13 +296,15 @@ def render(req: RenderRequest) -> Rendered:
         msg = f"cell '{cell.id}' builds {', '.join(cell.variants)}, not '{variant}'"
         raise ConfigurationError(msg + f"; use --variant {cell.variants[0]}")
     env = _environment(req.sources)
-    groups = layer_groups(cell, variant)
+    layers = install_layers(cell, variant, lock)
     labels = image_labels(req)
-    context = template_context(req, groups, labels)
+    context = template_context(req, layers, labels)
     files = {
         "Dockerfile": env.get_template(DOCKERFILES[req.builder]).render(context),
         "stackpin/entrypoint.sh": env.get_template("entrypoint.sh.j2").render(context),
         "stackpin/guard.py": req.sources.text("guard.py"),
+        # Each install step byte-compiles what it installed (both builders; never in the image).
+        "tools/compile.py": req.sources.text("compile.py"),
         "stackpin/image.json": pretty_json(image_info(req)),
     }
     files.update(compat_files(cell.compat, python_tag=cell.python, sources=req.sources.templates))
@@ -329,14 +316,13 @@ def render(req: RenderRequest) -> Rendered:
         files["stackpin/serve.py"] = req.sources.text("serve.py")
         # One health rule for the image's HEALTHCHECK and `stackpin serve`: that module.
         files["stackpin/healthcheck.py"] = req.sources.healthcheck
-    for group in groups:
-        wheels = lock.group(group) if lock else ()
-        files[f"wheels/{group}/requirements.txt"] = requirements_text(group, wheels)
+    for layer in layers:
+        files[f"wheels/{layer.name}/requirements.txt"] = requirements_text(layer)
     return Rendered(files=files, labels=labels, base_reference=context["base_reference"])
 
 
 def template_context(
-    req: RenderRequest, groups: tuple[Group, ...], labels: Mapping[str, str]
+    req: RenderRequest, layers: tuple[InstallLayer, ...], labels: Mapping[str, str]
 ) -> dict[str, Any]:
     """Every name the templates and their fragments use."""
     cell, variant, lock = req.cell, req.variant, req.lock
@@ -350,9 +336,7 @@ def template_context(
         "env_script": cell.env_script,
         # BuildKit's Dockerfile is one stage: nothing can be copied from an install stage.
         "one_stage": req.builder == "buildkit",
-        "layers": [
-            {"group": g, "title": _LAYER_TEXT[g][0], "why": _LAYER_TEXT[g][1]} for g in groups
-        ],
+        "layers": [{"group": x.name, "title": x.title, "why": x.why} for x in layers],
         "torch_version": torch_version(cell),
         "installer": req.installer,
         # BuildKit: the tools stage's folder (clamp, uv), mounted into every step, and the

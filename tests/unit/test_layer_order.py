@@ -1,13 +1,15 @@
 """Layer order keeps the lower layers stable across locks (issue 25, delta bundles).
 
-A delta bundle ships the layers whose chain IDs a site lacks; after one stack pin change
-that must be the stack layer and what sits above it, never the base, the venv or torch.
+A delta bundle ships the layers whose chain IDs a site lacks; after one pure-Python stack
+pin change (peft, transformers, unsloth, ...: what releases bump) that must be the pure
+layer and what sits above it, never the base, the venv, torch or the compiled stack.
 Normalised builds make a layer's diff ID a function of its files (test_reproducible), and
-the files of a step are a function of its Dockerfile instruction and the context files
-it reads. So: across two locks that differ in one stack pin, every instruction up to the
-stack install, and every context file those read, must be byte-identical; the stack's
-requirements must differ. (The classic builder's final stage copies the whole environment
-as one layer, so only BuildKit images get smaller deltas; the builder is the engine's.)
+the files of a step are a function of its Dockerfile instruction and the context files it
+reads; each step compiles only its own bytecode (test_compile_layer). So: across two locks
+that differ in one pure pin, every instruction up to the pure install, and every context
+file those read, must be byte-identical; the pure layer's requirements must differ. (The
+classic builder's final stage copies the whole environment as one layer, so only BuildKit
+images get smaller deltas; the builder is the engine's.)
 """
 
 from __future__ import annotations
@@ -34,14 +36,14 @@ def _changed_stack_pin(lock: Lock) -> Lock:
     return dataclasses.replace(lock, wheels=tuple(wheels))
 
 
-def _steps_below_stack(dockerfile: str) -> list[str]:
-    """The instructions before the stack install (comments build nothing)."""
+def _steps_below(layer: str, dockerfile: str) -> list[str]:
+    """The instructions before a layer's install (comments build nothing)."""
     steps = [line for line in dockerfile.splitlines() if line and not line.startswith("#")]
-    first_stack = next(i for i, line in enumerate(steps) if "wheels/stack" in line)
-    return steps[:first_stack]
+    first = next(i for i, line in enumerate(steps) if f"wheels/{layer}," in line)
+    return steps[:first]
 
 
-def test_one_stack_pin_changes_nothing_below_the_stack_layer():
+def test_one_pure_stack_pin_changes_nothing_below_the_pure_layer():
     cell = load_cells(sorted((ROOT / "pinning").glob("*.toml")))[CPU_CELL]
     lock = read_lock(ROOT, CPU_CELL)
     assert lock is not None
@@ -50,15 +52,18 @@ def test_one_stack_pin_changes_nothing_below_the_stack_layer():
                                     builder="buildkit"))
                for each in (lock, _changed_stack_pin(lock))]
     old, new = (r.files for r in renders)
-    below = _steps_below_stack(old["Dockerfile"])
-    assert below == _steps_below_stack(new["Dockerfile"])
-    assert any("wheels/vendor" in step for step in below), "torch installs below the stack"
-    assert old["wheels/vendor/requirements.txt"] == new["wheels/vendor/requirements.txt"]
-    assert old["wheels/stack/requirements.txt"] != new["wheels/stack/requirements.txt"]
-    # What the steps below read from the context: only the vendor wheels' folder.
+    below = _steps_below("pure", old["Dockerfile"])
+    assert below == _steps_below("pure", new["Dockerfile"])
+    assert any("wheels/vendor," in step for step in below), "torch installs below the stack"
+    assert any("wheels/stack," in step for step in below), "the compiled stack too"
+    for layer in ("vendor", "stack"):
+        assert old[f"wheels/{layer}/requirements.txt"] == new[f"wheels/{layer}/requirements.txt"]
+    assert old["wheels/pure/requirements.txt"] != new["wheels/pure/requirements.txt"]
+    # What the steps below read from the context: their wheels' folders and the tools.
     read = {word.split("=", 1)[1].split(",")[0] for step in below for word in step.split()
             if word.startswith("source=")}
-    assert read <= {"wheels/vendor"}, read
+    assert read <= {"wheels/vendor", "wheels/stack", "tools", "/opt/stackpin-tools"}, read
+    assert old["tools/compile.py"] == new["tools/compile.py"]
     # A COPY below the stack (none today) must copy context files no lock changes.
     copied = [step.split()[1] for step in below
               if step.startswith("COPY ") and not step.split()[1].startswith("--from")]

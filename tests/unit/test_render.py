@@ -91,19 +91,23 @@ def test_buildkit_writes_the_environment_once_with_no_wheel_in_any_layer(shipped
     final = steps[steps.index(froms[-1]):]
     assert not any(s.startswith("COPY") for s in final)  # the build files come by RUN
     installs = [s for s in final if "uv pip install" in s]
-    assert len(installs) == 3
+    assert len(installs) == 4
     tools = "--mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools"
-    for group, step in zip(("vendor", "stack", "attention"), installs, strict=True):
-        # Each layer mounts its own wheels, in the order torch/vendor -> stack -> attention.
-        mount = f"--mount=type=bind,source=wheels/{group},target=/tmp/wheelhouse/{group}"
+    for layer, step in zip(("vendor", "stack", "pure", "attention"), installs, strict=True):
+        # Each layer mounts its own wheels, in the order torch/vendor -> compiled stack ->
+        # pure-Python stack -> attention, and compiles the bytecode of what it installed.
+        mount = f"--mount=type=bind,source=wheels/{layer},target=/tmp/wheelhouse/{layer}"
         assert step.startswith(f"RUN {mount} {tools} t0=$(date +%s%N) && source /opt/dtk/env.sh && ")
         assert "--offline --no-config --no-cache --no-index --no-deps --require-hashes --no-build" in step
-        assert f"-r /tmp/wheelhouse/{group}/requirements.txt" in step
+        assert f"-r /tmp/wheelhouse/{layer}/requirements.txt" in step
+        assert (f"&& /opt/stackpin/venv/bin/python /opt/stackpin-tools/compile.py "
+                f"/tmp/wheelhouse/{layer}/requirements.txt") in step
+    assert "compile" not in next(s for s in final if "guard.py" in s), "no whole-venv pass"
     guard = next(i for i, s in enumerate(final) if "guard.py" in s)
     assert guard > final.index(installs[-1])  # the guard sees every install
     # Every step of the image ends with the clamp of what it wrote (docs/reproducibility.md).
     runs = [s for s in final if s.startswith("RUN ")]
-    assert len(runs) == 5
+    assert len(runs) == 6
     for step in runs:
         assert tools in step
         assert step.endswith('&& python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"'), step
@@ -152,7 +156,8 @@ def _fragment(name: str, **context: object) -> str:
 def test_fragment_build_env():
     assert _fragment("build-env", cell=SimpleNamespace(source_date_epoch=42)) == (
         "# No index, no cache, no bytecode from imports: the install stage reads the locked\n"
-        "# wheelhouse only, and bytecode is compiled once, deterministically, after the guard.\n"
+        "# wheelhouse only, and each install step compiles its own layer's bytecode\n"
+        "# (deterministically).\n"
         "ENV PIP_NO_INDEX=1 \\\n"
         "    PIP_NO_CACHE_DIR=1 \\\n"
         "    PIP_DISABLE_PIP_VERSION_CHECK=1 \\\n"
@@ -172,6 +177,7 @@ def test_fragment_install_layer():
         "--require-hashes --no-compile \\\n"
         "        --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt "
         "\\\n"
+        f"{COMPILE_STACK}"
         "    && rm -rf /tmp/wheelhouse/stack\n"
     )
 
@@ -190,8 +196,13 @@ def test_fragment_install_layer_with_the_pinned_installer():
         "        --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt "
         "\\\n"
         f"{UV_CACHE_STRIP}"
+        f"{COMPILE_STACK}"
         "    && rm -rf /tmp/wheelhouse/stack\n"
     )
+
+
+COMPILE_STACK = ("    && /opt/stackpin/venv/bin/python /tmp/tools/compile.py "
+                 "/tmp/wheelhouse/stack/requirements.txt \\\n")
 
 
 UV_CACHE_STRIP = (
@@ -246,14 +257,14 @@ def test_fragment_guard_quotes_versions_for_the_shell():
     assert _fragment("guard", cell=cell, prefix="", torch_version="1.0+x y", env_script="",
                      one_stage=False) == (
         "# Guard: the build fails here, not at the site, when pip installed anything but the pins\n"
-        "# (pip check inside, less the requirements the cell drops by name in the matrix).\n"
+        "# (pip check inside, less the requirements the cell drops by name in the matrix). Bytecode\n"
+        "# is not its job: each install step compiled its own layer's (tools/compile.py).\n"
         "COPY stackpin/ /opt/stackpin/\n"
         "# The vendor boundary by verify's own rule (L0.boundary's): one file, beside the guard.\n"
         "COPY verify/stackpin_verify/boundary.py /opt/stackpin/boundary.py\n"
         "RUN /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \\\n"
         "        --python cp399 --torch '1.0+x y' --numpy '<2' \\\n"
         "        --boundary /opt/stackpin/image.json \\\n"
-        "        --compile /opt/stackpin/venv/lib \\\n"
         "    && rm -rf /root/.cache /tmp/*\n"
     )
 
@@ -292,7 +303,7 @@ def test_dtk_enhanced_holds_no_deps_env_sourcing_guard(shipped_cells):
     text = _render(shipped_cells[K100_CELL], "enhanced").dockerfile
     runs = [line for line in text.splitlines() if line.startswith("RUN ")]
     assert runs and all(line.startswith("RUN source /opt/dtk/env.sh && ") for line in runs)
-    assert text.count("--no-index --no-deps --require-hashes --no-build") == 3
+    assert text.count("--no-index --no-deps --require-hashes --no-build") == 4
     assert "guard.py" in text and "--torch 1.0.0+das.dtk9901" in text
     assert "--numpy '<2'" in text
     assert "pip check" in text
@@ -352,8 +363,9 @@ def test_requirements_are_hash_locked_per_layer(shipped_cells):
     vendor = rendered.files["wheels/vendor/requirements.txt"].splitlines()[1:]
     assert vendor == [f"torch==1.0.0+cpu --hash=sha256:{cell.torch.sha256}"]
     stack = rendered.files["wheels/stack/requirements.txt"].splitlines()[1:]
-    assert any(line.startswith("alpha==1.0.0 --hash=sha256:") for line in stack)
-    assert all(" --hash=sha256:" in line for line in stack)
+    pure = rendered.files["wheels/pure/requirements.txt"].splitlines()[1:]
+    assert any(line.startswith("alpha==1.0.0 --hash=sha256:") for line in stack + pure)
+    assert all(" --hash=sha256:" in line for line in stack + pure)
 
 
 def test_image_json_records_pins(shipped_cells):

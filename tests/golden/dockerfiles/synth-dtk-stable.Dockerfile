@@ -6,7 +6,8 @@
 FROM registry.example.invalid/dtk:99.01 AS install
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # No index, no cache, no bytecode from imports: the install stage reads the locked
-# wheelhouse only, and bytecode is compiled once, deterministically, after the guard.
+# wheelhouse only, and each install step compiles its own layer's bytecode
+# (deterministically).
 ENV PIP_NO_INDEX=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -14,16 +15,16 @@ ENV PIP_NO_INDEX=1 \
     SOURCE_DATE_EPOCH=1700000000
 RUN source /opt/dtk/env.sh && python3 -m venv /opt/stackpin/venv
 
-# The installer: uv 0.13.8 from its wheel, pinned (sha256) in
-# pinning/tools/installer.toml, not in the cell's lock, and checked again here; unpacked
-# into this stage's /tmp, which the final stage never copies.
+# The build tools, in this stage's /tmp, which the final stage never copies: the
+# per-layer bytecode compiler (tools/compile.py) and uv 0.13.8, from
+# its wheel pinned (sha256) in pinning/tools/installer.toml, not in the cell's lock, and
+# checked again here.
 COPY tools/ /tmp/tools/
 RUN source /opt/dtk/env.sh && echo 'e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984  /tmp/tools/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl' | sha256sum --check --quiet \
     && mkdir -p /tmp/uv \
     && python3 -c 'import sys, zipfile; open(sys.argv[3], "wb").write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))' \
         /tmp/tools/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl uv-0.13.8.data/scripts/uv /tmp/uv/uv \
-    && chmod 0755 /tmp/uv/uv \
-    && rm -rf /tmp/tools
+    && chmod 0755 /tmp/uv/uv
 
 # Layer 1: ABI-bound wheels (torch and vendor builds), --no-deps.
 # --no-deps so pip can never replace the vendor torch with a generic one from an index.
@@ -32,19 +33,32 @@ RUN source /opt/dtk/env.sh && /tmp/uv/uv pip install --python /opt/stackpin/venv
         --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/vendor -r /tmp/wheelhouse/vendor/requirements.txt \
     && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
+    && /opt/stackpin/venv/bin/python /tmp/tools/compile.py /tmp/wheelhouse/vendor/requirements.txt \
     && rm -rf /tmp/wheelhouse/vendor
 
-# Layer 2: the rest of the stack, every transitive wheel locked by sha256.
-# Changing one stack pin rebuilds from here; the torch layer above stays cached.
+# Layer 2: the stack's wheels with compiled code, every one locked by sha256.
+# Below the pure-Python wheels: these change least of the stack.
 COPY wheels/stack/ /tmp/wheelhouse/stack/
 RUN source /opt/dtk/env.sh && /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
         --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt \
     && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
+    && /opt/stackpin/venv/bin/python /tmp/tools/compile.py /tmp/wheelhouse/stack/requirements.txt \
     && rm -rf /tmp/wheelhouse/stack
 
+# Layer 3: the stack's pure-Python wheels (py3-none-any), every one locked by sha256.
+# Changing one of these pins rebuilds from here; every layer below keeps its digest.
+COPY wheels/pure/ /tmp/wheelhouse/pure/
+RUN source /opt/dtk/env.sh && /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
+        --no-index --no-deps --require-hashes --no-build \
+        --find-links /tmp/wheelhouse/pure -r /tmp/wheelhouse/pure/requirements.txt \
+    && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
+    && /opt/stackpin/venv/bin/python /tmp/tools/compile.py /tmp/wheelhouse/pure/requirements.txt \
+    && rm -rf /tmp/wheelhouse/pure
+
 # Guard: the build fails here, not at the site, when pip installed anything but the pins
-# (pip check inside, less the requirements the cell drops by name in the matrix).
+# (pip check inside, less the requirements the cell drops by name in the matrix). Bytecode
+# is not its job: each install step compiled its own layer's (tools/compile.py).
 COPY stackpin/ /opt/stackpin/
 # The vendor boundary by verify's own rule (L0.boundary's): one file, beside the guard.
 COPY verify/stackpin_verify/boundary.py /opt/stackpin/boundary.py
@@ -54,7 +68,6 @@ RUN source /opt/dtk/env.sh && /opt/stackpin/venv/bin/python /opt/stackpin/guard.
         --python cp310 --torch 1.0.0+das.dtk9901 --numpy '<2' \
         --boundary /opt/stackpin/image.json \
         --env-script /opt/dtk/env.sh \
-        --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache /tmp/*
 # Every shell sources the env script: the base's /etc/bash.bashrc plus one line, and a
 # profile.d entry, staged here for the final stage to copy (it runs no step of its own).

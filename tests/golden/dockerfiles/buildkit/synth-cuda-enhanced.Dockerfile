@@ -3,8 +3,9 @@
 # Lock: 4a42b539dc5d6336c922c9f3a74d239f6dd08de3ad41a5887f6c877ec2324fdb (3 wheels)
 
 # ---- build tools, mounted into the steps below and never part of the image: the step
-# ---- clamp (tools/clamp.py) and uv 0.13.8, from its wheel pinned (sha256) in
-# ---- pinning/tools/installer.toml, not in the cell's lock, and checked again here
+# ---- clamp (tools/clamp.py) and the per-layer bytecode compiler (tools/compile.py)
+# ---- and uv 0.13.8, from its wheel pinned (sha256) in pinning/tools/installer.toml,
+# ---- not in the cell's lock, and checked again here
 FROM registry.example.invalid/cuda:99.1 AS tools
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN --mount=type=bind,source=tools,target=/tmp/tools \
@@ -13,7 +14,7 @@ RUN --mount=type=bind,source=tools,target=/tmp/tools \
     && python3 -c 'import sys, zipfile; open(sys.argv[3], "wb").write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))' \
         /tmp/tools/uv-0.13.8-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl uv-0.13.8.data/scripts/uv /opt/stackpin-tools/uv \
     && chmod 0755 /opt/stackpin-tools/uv \
-    && cp /tmp/tools/clamp.py /opt/stackpin-tools/clamp.py
+    && cp /tmp/tools/clamp.py /tmp/tools/compile.py /opt/stackpin-tools/
 
 # ---- one stage: each install reads its layer's wheels from a bind mount of the build
 # ---- context, so no wheel is in any layer and the environment is written once, in place.
@@ -22,8 +23,8 @@ RUN --mount=type=bind,source=tools,target=/tmp/tools \
 FROM registry.example.invalid/cuda:99.1
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # No index, no cache, no bytecode from imports: the installs read the locked wheelhouse
-# only, and bytecode is compiled once, deterministically, after the guard. ARG, not ENV:
-# every RUN here sees them, the image (this stage is the final one) does not.
+# only, and each install step compiles its own layer's bytecode, deterministically. ARG,
+# not ENV: every RUN here sees them, the image (this stage is the final one) does not.
 ARG PIP_NO_INDEX=1
 ARG PIP_NO_CACHE_DIR=1
 ARG PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -44,10 +45,11 @@ RUN --mount=type=bind,source=wheels/vendor,target=/tmp/wheelhouse/vendor \
         --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/vendor -r /tmp/wheelhouse/vendor/requirements.txt \
     && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
+    && /opt/stackpin/venv/bin/python /opt/stackpin-tools/compile.py /tmp/wheelhouse/vendor/requirements.txt \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
-# Layer 2: the rest of the stack, every transitive wheel locked by sha256.
-# Changing one stack pin rebuilds from here; the torch layer above stays cached.
+# Layer 2: the stack's wheels with compiled code, every one locked by sha256.
+# Below the pure-Python wheels: these change least of the stack.
 # The wheels are mounted read-only for this step alone: they reach no layer.
 RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
     --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
@@ -55,9 +57,22 @@ RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
         --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/stack -r /tmp/wheelhouse/stack/requirements.txt \
     && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
+    && /opt/stackpin/venv/bin/python /opt/stackpin-tools/compile.py /tmp/wheelhouse/stack/requirements.txt \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
-# Layer 3: FlashAttention (enhanced variant only), --no-deps.
+# Layer 3: the stack's pure-Python wheels (py3-none-any), every one locked by sha256.
+# Changing one of these pins rebuilds from here; every layer below keeps its digest.
+# The wheels are mounted read-only for this step alone: they reach no layer.
+RUN --mount=type=bind,source=wheels/pure,target=/tmp/wheelhouse/pure \
+    --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
+    t0=$(date +%s%N) && /opt/stackpin-tools/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
+        --no-index --no-deps --require-hashes --no-build \
+        --find-links /tmp/wheelhouse/pure -r /tmp/wheelhouse/pure/requirements.txt \
+    && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
+    && /opt/stackpin/venv/bin/python /opt/stackpin-tools/compile.py /tmp/wheelhouse/pure/requirements.txt \
+    && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
+
+# Layer 4: FlashAttention (enhanced variant only), --no-deps.
 # Last, so the stable and enhanced images share every layer before it.
 # The wheels are mounted read-only for this step alone: they reach no layer.
 RUN --mount=type=bind,source=wheels/attention,target=/tmp/wheelhouse/attention \
@@ -66,10 +81,12 @@ RUN --mount=type=bind,source=wheels/attention,target=/tmp/wheelhouse/attention \
         --no-index --no-deps --require-hashes --no-build \
         --find-links /tmp/wheelhouse/attention -r /tmp/wheelhouse/attention/requirements.txt \
     && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
+    && /opt/stackpin/venv/bin/python /opt/stackpin-tools/compile.py /tmp/wheelhouse/attention/requirements.txt \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
 # Guard: the build fails here, not at the site, when pip installed anything but the pins
-# (pip check inside, less the requirements the cell drops by name in the matrix).
+# (pip check inside, less the requirements the cell drops by name in the matrix). Bytecode
+# is not its job: each install step compiled its own layer's (tools/compile.py).
 # The build files and verify/ are copied by RUN, not COPY, so the clamp covers them too;
 # the vendor boundary is verify's own rule (L0.boundary's): one file, beside the guard;
 # where the cell has an env script, whether this step sourced it is L0.dtk_env's rule.
@@ -81,7 +98,6 @@ RUN --mount=type=bind,source=stackpin,target=/tmp/context/stackpin \
     && /opt/stackpin/venv/bin/python /opt/stackpin/guard.py \
         --python cp312 --torch 2.5.0+cu991 --numpy '>=1.26,<3' \
         --boundary /opt/stackpin/image.json \
-        --compile /opt/stackpin/venv/lib \
     && rm -rf /root/.cache && find /tmp -mindepth 1 -maxdepth 1 ! -path /tmp/context -exec rm -rf {} + \
     && mkdir /opt/stackpin/verify && cp -a /tmp/context/verify/. /opt/stackpin/verify/ \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
