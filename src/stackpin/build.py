@@ -33,11 +33,12 @@ from stackpin.context import context_digest, read_sources, stage_context
 from stackpin.engine import BuildRequest, BuildResult, Engine, RunRequest
 from stackpin.engine.builders import CLASSIC, BuilderChoice
 from stackpin.errors import HostEnvironmentError, StackpinError, ValidationError
+from stackpin.layers import install_layers
 from stackpin.lock import Lock, write_text_atomic
 from stackpin.matrix import Cell, Variant, pinned_wheels
 from stackpin.normalize import NormalizeRequest, normalize_image
 from stackpin.primitives import pretty_json
-from stackpin.render import Rendered, RenderRequest, layer_groups, render
+from stackpin.render import Rendered, RenderRequest, render
 from stackpin.target import LABEL_CONTEXT_DIGEST, LABEL_DOCKERFILE_SHA256, Layout, Target
 from stackpin.tools import load_installer, require_installer
 from stackpin.wheelhouse import require_complete
@@ -133,7 +134,7 @@ def plan(target: Target, *, no_cache: bool, provenance: dict[str, str],
 def stage(plan_: BuildPlan, root: Path) -> None:
     stage_context(
         plan_.rendered, plan_.lock, root=root, folder=plan_.context_dir,
-        groups=layer_groups(plan_.cell, plan_.variant),
+        layers=install_layers(plan_.cell, plan_.variant, plan_.lock),
         tools=(load_installer(root).path(root),),
     )
 

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from stackpin import healthcheck
-from stackpin.layers import layer_of
+from stackpin.layers import InstallLayer
 from stackpin.lock import Lock
 from stackpin.render import Rendered, Sources
 from stackpin.tools import CONTEXT_DIR
@@ -50,11 +50,12 @@ def context_digest(rendered: Rendered, verify_dir: Path, lock_digest: str) -> st
 
 
 def stage_context(
-    rendered: Rendered, lock: Lock, *, root: Path, folder: Path, groups: tuple[str, ...],
+    rendered: Rendered, lock: Lock, *, root: Path, folder: Path,
+    layers: tuple[InstallLayer, ...],
     tools: tuple[Path, ...] = (),
 ) -> Path:
     """A complete build context: rendered files, verify/, each layer's locked wheels (in
-    wheels/LAYER/, stackpin.layers' split of the lock's groups) and
+    wheels/LAYER/: stackpin.layers.install_layers of the lock) and
     the build tools' files (``tools``: the pinned installer's wheel, checked already) in tools/.
 
     Wheels are hard-linked when the filesystem allows (no copy of gigabytes), else copied.
@@ -66,11 +67,10 @@ def stage_context(
     shutil.copytree(
         root / "verify", folder / "verify", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )
-    for wheel in lock.wheels:
-        if wheel.group not in groups:
-            continue
-        target = folder / "wheels" / layer_of(wheel) / wheel.filename
-        _link_or_copy(locate(root, lock.cell, wheel.filename), target)
+    for layer in layers:
+        for wheel in layer.wheels:
+            target = folder / "wheels" / layer.name / wheel.filename
+            _link_or_copy(locate(root, lock.cell, wheel.filename), target)
     for tool in tools:
         _link_or_copy(tool, folder / CONTEXT_DIR / tool.name)
     return folder

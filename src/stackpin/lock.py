@@ -27,7 +27,7 @@ from stackpin.errors import ConfigurationError, ValidationError
 from stackpin.matrix import Cell, cell_json, pinned_wheels
 from stackpin.matrix_safety import CELL_ID, CELL_ID_MAX
 from stackpin.primitives import pretty_json
-from stackpin.resolve import Pip, Resolution, attention_only, resolve_cell
+from stackpin.resolve import Pip, Resolution, ResolutionFailed, attention_only, resolve_cell
 from stackpin.untrusted import parse_json, read_bounded, shown
 
 LOCK_VERSION = 2
@@ -343,12 +343,42 @@ def write_text_atomic(path: Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def resolve_keeping(cell: Cell, pip: Pip, previous: Lock | None, *, use_cache: bool = True
+                    ) -> tuple[Resolution, bool]:
+    """Resolve the cell holding the previous lock's version of every index distribution the
+    cell does not pin (uv's and poetry's rule for a lock: change what you changed), and
+    True when held; where the new pins need other versions, a fresh resolution, and False.
+
+    So one pin changed moves that pin and what it needs, not every transitive wheel the
+    index has released since: the image's lower layers and a site's delta stay small.
+    """
+    keep = {w.name: w.version for w in previous.wheels if w.source == "index"} if previous else {}
+    if keep:
+        try:
+            held = resolve_cell(cell, pip, use_cache=use_cache, keep=keep)
+        except ResolutionFailed:
+            held = None
+        if held is not None and held.ok:
+            return held, True
+    return resolve_cell(cell, pip, use_cache=use_cache), False
+
+
+def changed_pins(old: Lock | None, new: Lock) -> list[str]:
+    """One line per distribution the new lock adds, removes or moves, by name."""
+    before, after = (old.pins() if old else {}), new.pins()
+    lines = [f"{n} {before[n]} -> {after[n]}" for n in sorted(before.keys() & after.keys())
+             if before[n] != after[n]]
+    lines += [f"{n} {after[n]} (new)" for n in sorted(after.keys() - before.keys())]
+    lines += [f"{n} {before[n]} (gone)" for n in sorted(before.keys() - after.keys())]
+    return lines
+
+
 def relock(cell: Cell, root: Path, pip: Pip, *, base_reference: str) -> tuple[Lock, bool]:
     """The cell's current lock, or a new one from a resolution (written); True when new."""
     lock = read_lock(root, cell.id)
     if lock is not None and stale_reason(lock, cell) is None:
         return lock, False
-    resolution = resolve_cell(cell, pip)
+    resolution, _held = resolve_keeping(cell, pip, lock)
     lock = lock_from_resolution(cell, resolution, base_reference=base_reference,
                                 base_digest=cell.base.digest)
     write_text_atomic(lock_path(root, cell.id), lock.text())

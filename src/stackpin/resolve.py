@@ -174,8 +174,12 @@ def attention_only(cell: Cell, closure: tuple[Resolved, ...]) -> set[str]:
     return {r.name for r in closure} - set(stable)
 
 
-def resolve_cell(cell: Cell, pip: Pip, *, use_cache: bool = True) -> Resolution:
+def resolve_cell(cell: Cell, pip: Pip, *, use_cache: bool = True,
+                 keep: Mapping[str, str] | None = None) -> Resolution:
     """The cell's closure from the cache, else from pip (conflicts are never cached).
+    ``keep``: versions held (pip constraints) where the closure has the distribution and the
+    cell does not pin it (the previous lock's: stackpin.lock.resolve_keeping); the lock
+    records the cell's key, the cache key tells kept versions apart too.
 
     A cell with a problem in its values (a path or URL for a file name, an id that is not
     a file name, an unbounded version) is refused here, before its pins reach pip: this is
@@ -186,17 +190,22 @@ def resolve_cell(cell: Cell, pip: Pip, *, use_cache: bool = True) -> Resolution:
                "lists every problem")
         raise ConfigurationError(msg)
     key = resolution_key(cell)
-    cached = _read_cache(key) if use_cache else None
+    held = {canon(n): v for n, v in sorted((keep or {}).items()) if canon(n) not in _pinned(cell)}
+    constraints = held | closure_constraints(cell)
+    cache_key = key if not held else hashlib.sha256(
+        f"{key} {json.dumps(held, sort_keys=True)}".encode()).hexdigest()
+    cached = _read_cache(cache_key, key) if use_cache else None
     if cached is not None:
         return Resolution(cell=cell.id, key=key, closure=cached, cached=True)
     with tempfile.TemporaryDirectory(prefix="stackpin-resolve-") as tmp:
-        result = _resolve(cell, pip, key, Path(tmp))
+        result = _resolve(cell, pip, key, Path(tmp), constraints)
     if result.ok:
-        _write_cache(key, result)
+        _write_cache(cache_key, result)
     return result
 
 
-def _resolve(cell: Cell, pip: Pip, key: str, work: Path) -> Resolution:
+def _resolve(cell: Cell, pip: Pip, key: str, work: Path,
+             constraints: Mapping[str, str]) -> Resolution:
     pinned = _pinned(cell)
     metadata = {m.name: m for m in _report_items(
         _run_report(cell, pip, work, "pins", [f"{n}=={v}" for n, v in sorted(pinned.items())],
@@ -207,7 +216,8 @@ def _resolve(cell: Cell, pip: Pip, key: str, work: Path) -> Resolution:
     rewritten = {n: metadata[n] for n in _droppers(cell) if n in metadata}
     for_target: set[str] = set()
     for _round in range(_MAX_ROUNDS):
-        requirements = _requirements(cell, pinned, rewritten, work) + sorted(for_target)
+        requirements = (_requirements(cell, pinned, rewritten, work, constraints)
+                        + sorted(for_target))
         report = _run_report(cell, pip, work, f"closure{_round}", requirements, deps=True)
         items = {i.name: i for i in _report_items(report)}
         new = {n: items[n] for n in _droppers(cell) if n in items and n not in rewritten}
@@ -247,9 +257,8 @@ def _report_items(report: Mapping[str, Any]) -> list[_Item]:
     return items
 
 
-def _requirements(
-    cell: Cell, pinned: Mapping[str, str], rewritten: Mapping[str, _Item], work: Path
-) -> list[str]:
+def _requirements(cell: Cell, pinned: Mapping[str, str], rewritten: Mapping[str, _Item],
+                  work: Path, constraints: Mapping[str, str]) -> list[str]:
     cut = boundary.dropped_edges(cell)
     lines = []
     for name, entry in boundary.effective_provided(cell).items():
@@ -264,10 +273,9 @@ def _requirements(
     lines += [f"{n}{_extras_text(extras.get(n, ()))}=={v}"
               for n, v in sorted(pinned.items()) if n not in rewritten]
     # pip cannot constrain a requirement given as a file (the rewritten placeholders).
-    if constraints := {n: v for n, v in closure_constraints(cell).items() if n not in rewritten}:
+    if held := {n: v for n, v in sorted(constraints.items()) if n not in rewritten}:
         path = work / "constraints.txt"
-        path.write_text("".join(f"{n}=={v}\n" for n, v in constraints.items()),
-                        encoding="utf-8")
+        path.write_text("".join(f"{n}=={v}\n" for n, v in held.items()), encoding="utf-8")
         lines.append(f"-c {path}")
     return lines
 
@@ -470,8 +478,8 @@ def _cache_file(key: str) -> Path:
     return cache_dir() / "resolve" / f"{key}.json"
 
 
-def _read_cache(key: str) -> tuple[Resolved, ...] | None:
-    path = _cache_file(key)
+def _read_cache(file_key: str, key: str) -> tuple[Resolved, ...] | None:
+    path = _cache_file(file_key)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("resolver_version") != RESOLVER_VERSION or data.get("key") != key:

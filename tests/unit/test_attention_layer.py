@@ -105,7 +105,7 @@ def test_extras_reach_pip_and_the_resolution_key(tmp_path: Path) -> None:
     assert index_extras(with_extras) == {"flash-attn-4": ("cu13",)}
     assert index_extras(without) == {}
     pinned = {"flash-attn-4": "4.0.0b36", "torch": "2.11.0"}
-    lines = _requirements(with_extras, pinned, {}, tmp_path)
+    lines = _requirements(with_extras, pinned, {}, tmp_path, {})
     assert "flash-attn-4[cu13]==4.0.0b36" in lines
     assert "torch==2.11.0" in lines
     assert "flash-attn-4==4.0.0b36" in _requirements(without, pinned, {}, tmp_path)

@@ -1,15 +1,16 @@
 """Layer order keeps the lower layers stable across locks (issue 25, delta bundles).
 
-A delta bundle ships the layers whose chain IDs a site lacks; after one pure-Python stack
-pin change (peft, transformers, unsloth, ...: what releases bump) that must be the pure
-layer and what sits above it, never the base, the venv, torch or the compiled stack.
-Normalised builds make a layer's diff ID a function of its files (test_reproducible), and
-the files of a step are a function of its Dockerfile instruction and the context files it
-reads; each step compiles only its own bytecode (test_compile_layer). So: across two locks
-that differ in one pure pin, every instruction up to the pure install, and every context
-file those read, must be byte-identical; the pure layer's requirements must differ. (The
-classic builder's final stage copies the whole environment as one layer, so only BuildKit
-images get smaller deltas; the builder is the engine's.)
+A delta bundle ships the layers whose chain IDs a site lacks; after one change of a pin the
+cell names (peft, transformers, unsloth, ...: what releases bump) that must be the pinned
+layer and what sits above it, never the base, the venv, torch, the compiled stack or the
+unpinned pure-Python wheels (stackpin.layers). Normalised builds make a layer's diff ID a
+function of its files (test_reproducible), and the files of a step are a function of its
+Dockerfile instruction and the context files it reads; each step compiles only its own
+bytecode (test_compile_layer), and `stackpin lock` holds the unpinned versions
+(test_lock_keeps). So: across two locks that differ in one pin, every instruction up to the
+pinned install, and every context file those read, must be byte-identical; the pinned
+layer's requirements must differ. (The classic builder's final stage copies the whole
+environment as one layer, so only BuildKit images get smaller deltas.)
 """
 
 from __future__ import annotations
@@ -52,17 +53,19 @@ def test_one_pure_stack_pin_changes_nothing_below_the_pure_layer():
                                     builder="buildkit"))
                for each in (lock, _changed_stack_pin(lock))]
     old, new = (r.files for r in renders)
-    below = _steps_below("pure", old["Dockerfile"])
-    assert below == _steps_below("pure", new["Dockerfile"])
+    below = _steps_below("pinned", old["Dockerfile"])
+    assert below == _steps_below("pinned", new["Dockerfile"])
     assert any("wheels/vendor," in step for step in below), "torch installs below the stack"
     assert any("wheels/stack," in step for step in below), "the compiled stack too"
-    for layer in ("vendor", "stack"):
+    assert any("wheels/pure," in step for step in below), "and the unpinned pure wheels"
+    for layer in ("vendor", "stack", "pure"):
         assert old[f"wheels/{layer}/requirements.txt"] == new[f"wheels/{layer}/requirements.txt"]
-    assert old["wheels/pure/requirements.txt"] != new["wheels/pure/requirements.txt"]
+    assert old["wheels/pinned/requirements.txt"] != new["wheels/pinned/requirements.txt"]
     # What the steps below read from the context: their wheels' folders and the tools.
     read = {word.split("=", 1)[1].split(",")[0] for step in below for word in step.split()
             if word.startswith("source=")}
-    assert read <= {"wheels/vendor", "wheels/stack", "tools", "/opt/stackpin-tools"}, read
+    assert read <= {"wheels/vendor", "wheels/stack", "wheels/pure", "tools",
+                    "/opt/stackpin-tools"}, read
     assert old["tools/compile.py"] == new["tools/compile.py"]
     # A COPY below the stack (none today) must copy context files no lock changes.
     copied = [step.split()[1] for step in below

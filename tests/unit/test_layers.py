@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from tests.conftest import CPU_CELL, CUDA_CELL, ROOT
 
-from stackpin.layers import LAYERS, install_layers, is_pure, layer_of
+from stackpin.layers import LAYERS, install_layers, is_pure, layer_of, stack_pins
 from stackpin.lock import LockedWheel, read_lock
 
 
@@ -28,14 +28,19 @@ def _wheel(name: str, filename: str, group: str) -> LockedWheel:
                        group=group, source="index")  # type: ignore[arg-type]
 
 
-def test_only_the_stack_is_split():
-    assert layer_of(_wheel("a", "a-1-py3-none-any.whl", "stack")) == "pure"
-    assert layer_of(_wheel("b", "b-1-cp311-cp311-linux_x86_64.whl", "stack")) == "stack"
+def test_only_the_stack_is_split_by_code_and_by_the_cells_pins():
+    pins = frozenset({"peft"})
+    assert layer_of(_wheel("peft", "peft-1-py3-none-any.whl", "stack"), pins) == "pinned"
+    assert layer_of(_wheel("a", "a-1-py3-none-any.whl", "stack"), pins) == "pure"
+    assert layer_of(_wheel("b", "b-1-cp311-cp311-linux_x86_64.whl", "stack"), pins) == "stack"
+    # A pinned wheel with compiled code stays below: it is large, and rarely the one bumped.
+    assert layer_of(_wheel("peft", "peft-1-cp311-cp311-linux_x86_64.whl", "stack"),
+                    pins) == "stack"
     # A pure vendor or attention wheel stays in its group's layer: order is the boundary's.
-    assert layer_of(_wheel("v", "v-1-py3-none-any.whl", "vendor")) == "vendor"
-    assert layer_of(_wheel("f", "f-1-py3-none-any.whl", "attention")) == "attention"
+    assert layer_of(_wheel("v", "v-1-py3-none-any.whl", "vendor"), pins) == "vendor"
+    assert layer_of(_wheel("f", "f-1-py3-none-any.whl", "attention"), pins) == "attention"
     with pytest.raises(ValueError, match="provided by the base image"):
-        layer_of(_wheel("n", "", "base"))
+        layer_of(_wheel("n", "", "base"), pins)
 
 
 @pytest.mark.parametrize("cell_id", [CPU_CELL, CUDA_CELL])
@@ -52,8 +57,12 @@ def test_every_installed_wheel_is_in_exactly_one_layer_in_install_order(cell_id,
         installed = {w for w in lock.wheels if w.group != "base"
                      and (w.group != "attention" or variant == "enhanced")}
         assert set(placed) == installed
-        pure = next(layer for layer in layers if layer.name == "pure").wheels
-        stack = next(layer for layer in layers if layer.name == "stack").wheels
-        assert pure and all(is_pure(w.filename) for w in pure)
-        assert stack and not any(is_pure(w.filename) for w in stack)
-        assert {"transformers", "peft", "trl"} <= {w.name for w in pure}
+        by_name = {layer.name: layer.wheels for layer in layers}
+        pins = stack_pins(cell)
+        assert by_name["pure"] and all(is_pure(w.filename) and w.name not in pins
+                                       for w in by_name["pure"])
+        assert by_name["pinned"] and all(is_pure(w.filename) and w.name in pins
+                                         for w in by_name["pinned"])
+        assert by_name["stack"] and not any(is_pure(w.filename) for w in by_name["stack"])
+        assert {"transformers", "peft", "unsloth"} <= {w.name for w in by_name["pinned"]}
+        assert {"sympy", "networkx"} <= {w.name for w in by_name["pure"]}

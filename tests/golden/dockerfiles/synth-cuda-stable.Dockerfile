@@ -46,15 +46,15 @@ RUN /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline --no
     && /opt/stackpin/venv/bin/python /tmp/tools/compile.py /tmp/wheelhouse/stack/requirements.txt \
     && rm -rf /tmp/wheelhouse/stack
 
-# Layer 3: the stack's pure-Python wheels (py3-none-any), every one locked by sha256.
-# Changing one of these pins rebuilds from here; every layer below keeps its digest.
-COPY wheels/pure/ /tmp/wheelhouse/pure/
+# Layer 4: the pure-Python wheels the cell pins by name, locked by sha256.
+# What a release bumps: one of these pins rebuilds from here, every layer below stays.
+COPY wheels/pinned/ /tmp/wheelhouse/pinned/
 RUN /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
         --no-index --no-deps --require-hashes --no-build \
-        --find-links /tmp/wheelhouse/pure -r /tmp/wheelhouse/pure/requirements.txt \
+        --find-links /tmp/wheelhouse/pinned -r /tmp/wheelhouse/pinned/requirements.txt \
     && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
-    && /opt/stackpin/venv/bin/python /tmp/tools/compile.py /tmp/wheelhouse/pure/requirements.txt \
-    && rm -rf /tmp/wheelhouse/pure
+    && /opt/stackpin/venv/bin/python /tmp/tools/compile.py /tmp/wheelhouse/pinned/requirements.txt \
+    && rm -rf /tmp/wheelhouse/pinned
 
 # Guard: the build fails here, not at the site, when pip installed anything but the pins
 # (pip check inside, less the requirements the cell drops by name in the matrix). Bytecode

@@ -60,19 +60,19 @@ RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
     && /opt/stackpin/venv/bin/python /opt/stackpin-tools/compile.py /tmp/wheelhouse/stack/requirements.txt \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
-# Layer 3: the stack's pure-Python wheels (py3-none-any), every one locked by sha256.
-# Changing one of these pins rebuilds from here; every layer below keeps its digest.
+# Layer 4: the pure-Python wheels the cell pins by name, locked by sha256.
+# What a release bumps: one of these pins rebuilds from here, every layer below stays.
 # The wheels are mounted read-only for this step alone: they reach no layer.
-RUN --mount=type=bind,source=wheels/pure,target=/tmp/wheelhouse/pure \
+RUN --mount=type=bind,source=wheels/pinned,target=/tmp/wheelhouse/pinned \
     --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
     t0=$(date +%s%N) && source /opt/dtk/env.sh && /opt/stackpin-tools/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
         --no-index --no-deps --require-hashes --no-build \
-        --find-links /tmp/wheelhouse/pure -r /tmp/wheelhouse/pure/requirements.txt \
+        --find-links /tmp/wheelhouse/pinned -r /tmp/wheelhouse/pinned/requirements.txt \
     && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
-    && /opt/stackpin/venv/bin/python /opt/stackpin-tools/compile.py /tmp/wheelhouse/pure/requirements.txt \
+    && /opt/stackpin/venv/bin/python /opt/stackpin-tools/compile.py /tmp/wheelhouse/pinned/requirements.txt \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
-# Layer 4: FlashAttention (enhanced variant only), --no-deps.
+# Layer 5: FlashAttention (enhanced variant only), --no-deps.
 # Last, so the stable and enhanced images share every layer before it.
 # The wheels are mounted read-only for this step alone: they reach no layer.
 RUN --mount=type=bind,source=wheels/attention,target=/tmp/wheelhouse/attention \
