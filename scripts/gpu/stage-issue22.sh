@@ -14,13 +14,15 @@ rm -rf .whl/mut .whl/fa2a .whl/fa2b
 mkdir -p .whl/mut .whl/fa2a .whl/fa2b
 # The host has click, pytest, coverage, rich, pygments, markdown-it-py, pyyaml and
 # typing-extensions (KINDS.md); click and rich are carried at versions mutmut 3.8.1 and
-# textual ask for (click>=8.4.2, rich>=14.2.0), whatever the host's are.
+# textual ask for (click>=8.4.2, rich>=14.2.0), whatever the host's are. The host has no
+# cryptography, which stackpin.bundle.trust imports (the first GPU-visible run errored on
+# every test without it, 2026-12-02).
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
   -d .whl/mut mutmut==3.8.1 libcst==1.9.0 setproctitle==1.3.8 textual==8.2.8 click==8.5.1 \
   rich==15.0.0 mdit-py-plugins==0.7.0 platformdirs==4.14.9 linkify-it-py==2.2.0 \
-  uc-micro-py==2.0.0
+  uc-micro-py==2.0.0 cryptography==50.0.2 cffi==2.1.1 pycparser==3.12
 name=$(basename "$FA")
 split -n 2 -a 1 "$FA" .whl/fa2-part-
 mv .whl/fa2-part-a .whl/fa2a/part-a

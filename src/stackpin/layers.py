@@ -117,6 +117,6 @@ def install_layers(cell: Cell, variant: Variant, lock: Lock | None) -> tuple[Ins
             layers.append(InstallLayer(name=name, wheels=()))
             continue
         wheels = tuple(w for w in lock.group(_group_of(name)) if layer_of(w, pinned) == name)
-        if wheels or name not in ("pure", "pinned"):
+        if wheels or _group_of(name) != "stack":
             layers.append(InstallLayer(name=name, wheels=wheels))
     return tuple(layers)
