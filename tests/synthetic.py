@@ -32,7 +32,11 @@ def synthetic_resolution(cell: Cell) -> Resolution:
              for w in (cell.torch, *cell.vendor_wheels) if w.source == "index"}
     for dist, version in sorted(pinned.items()):
         wheel = files.get(dist)
-        name = wheel.filename if wheel else f"{dist}-{version}-py3-none-any.whl"
+        # numpy is the one wheel with compiled code, as on the index: the stack's layers
+        # (stackpin.layers) then show both halves, the compiled one and the pinned one.
+        tags = (f"{cell.python}-{cell.python}-manylinux_2_17_x86_64" if dist == "numpy"
+                else "py3-none-any")
+        name = wheel.filename if wheel else f"{dist}-{version}-{tags}.whl"
         sha = wheel.sha256 if wheel else hashlib.sha256(name.encode()).hexdigest()
         closure.append(Resolved(name=dist, version=version, origin="index", filename=name,
                                 url=f"https://files.example.invalid/{name}", sha256=sha))

@@ -165,7 +165,8 @@ otherwise.
   --offline --no-config --no-cache --no-index --no-deps --require-hashes --no-build`: the
   same rules as pip before it (exact hashes, no resolution, no index, no sdist), and the
   build runs network-off. The guard still runs `pip check` (the venv keeps its own pip),
-  and bytecode is still compiled once by the guard, unchecked-hash.
+  and each install step compiles the bytecode of what it installed (`templates/compile.py`,
+  from the wheels' RECORDs), unchecked-hash, so no layer carries another's `.pyc`.
 - A `--with-wheels` bundle carries the pin and the wheel, so a site rebuilds offline with
   the same installer.
 

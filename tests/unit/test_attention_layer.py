@@ -108,7 +108,7 @@ def test_extras_reach_pip_and_the_resolution_key(tmp_path: Path) -> None:
     lines = _requirements(with_extras, pinned, {}, tmp_path, {})
     assert "flash-attn-4[cu13]==4.0.0b36" in lines
     assert "torch==2.11.0" in lines
-    assert "flash-attn-4==4.0.0b36" in _requirements(without, pinned, {}, tmp_path)
+    assert "flash-attn-4==4.0.0b36" in _requirements(without, pinned, {}, tmp_path, {})
     # The extra decides the closure, so it is part of the key; no extras, no key change.
     assert resolution_key(with_extras) != resolution_key(without)
 

@@ -1,6 +1,6 @@
 # Rendered by stackpin 0.1.0 for cell synth-dtk, variant stable.
 # Do not edit: change pinning/*.toml and run `stackpin render synth-dtk --variant stable`.
-# Lock: 4365292c039b6a962bb91456be2abe281dcb17597a11fd397f8e9e3150deff93 (5 wheels)
+# Lock: 329478de7395a19dd27d3e6c5e859b4b3e9dce044d8a4b547bb19a19572a324c (5 wheels)
 
 # ---- install stage: wheels in, nothing out but /opt/stackpin ------------------------
 FROM registry.example.invalid/dtk:99.01 AS install
@@ -101,7 +101,7 @@ LABEL \
       io.stackpin.attention="sdpa" \
       io.stackpin.cell="synth-dtk" \
       io.stackpin.cell-json="{\"arch\":[\"gfx999\"],\"attention\":{\"filename\":\"flash_attn-1.0.0+das.dtk9901.torch100-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"4444444444444444444444444444444444444444444444444444444444444444\",\"source\":\"vendor\"},\"base\":{\"bootstrap\":null,\"digest\":\"sha256:2222222222222222222222222222222222222222222222222222222222222222\",\"image\":\"registry.example.invalid/dtk:99.01\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic DTK cell: vendor torch, env.sh, FlashAttention, a vendor wheel\",\"dropped\":[],\"env\":{\"HF_HUB_OFFLINE\":\"1\",\"QUOTED\":\"a \\\"b\\\" \$c\",\"UNSLOTH_DISABLE_BITSANDBYTES\":\"1\"},\"env_script\":\"/opt/dtk/env.sh\",\"excluded\":{},\"glibc\":\"2.35\",\"id\":\"synth-dtk\",\"numpy\":\"<2\",\"platform\":\"dtk\",\"platform_version\":\"99.01\",\"provided\":{},\"python\":\"cp310\",\"run\":{\"cap_add\":[],\"devices\":[\"/dev/kfd\",\"/dev/dri\"],\"gpus\":\"\",\"group_add\":[\"video\"],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"visible_devices\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"beta\":\"2.0.0\",\"numpy\":\"1.0.0\"},\"torch\":{\"filename\":\"torch-1.0.0+das.dtk9901-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"3333333333333333333333333333333333333333333333333333333333333333\",\"source\":\"vendor\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[{\"filename\":\"triton-1.0.0+das.dtk9901-cp310-cp310-manylinux_2_28_x86_64.whl\",\"sha256\":\"5555555555555555555555555555555555555555555555555555555555555555\",\"source\":\"vendor\"}]}" \
-      io.stackpin.lock-digest="4365292c039b6a962bb91456be2abe281dcb17597a11fd397f8e9e3150deff93" \
+      io.stackpin.lock-digest="329478de7395a19dd27d3e6c5e859b4b3e9dce044d8a4b547bb19a19572a324c" \
       io.stackpin.platform="dtk" \
       io.stackpin.source-date-epoch="1700000000" \
       io.stackpin.variant="stable" \
@@ -112,6 +112,6 @@ LABEL \
       org.opencontainers.image.description="synthetic DTK cell: vendor torch, env.sh, FlashAttention, a vendor wheel" \
       org.opencontainers.image.title="stackpin/synth-dtk" \
       org.opencontainers.image.vendor="stackpin" \
-      org.opencontainers.image.version="stable-4365292c039b"
+      org.opencontainers.image.version="stable-329478de7395"
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
 CMD ["python", "-m", "stackpin_verify", "--levels", "0"]

@@ -1,6 +1,6 @@
 # Rendered by stackpin 0.1.0 for cell synth-rocm, variant stable.
 # Do not edit: change pinning/*.toml and run `stackpin render synth-rocm --variant stable`.
-# Lock: 0f61659f64349b91f417ab226245ca71d77b21011d9885342c6b1833c76c94f1 (2 wheels)
+# Lock: 5def03d52bc4230485eca6f6e0d597b5b9a766060d4f2ec8fcff42b9f6776375 (2 wheels)
 
 # ---- install stage: wheels in, nothing out but /opt/stackpin ------------------------
 FROM registry.example.invalid/rocm:9.9 AS install
@@ -46,16 +46,6 @@ RUN /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline --no
     && /opt/stackpin/venv/bin/python /tmp/tools/compile.py /tmp/wheelhouse/stack/requirements.txt \
     && rm -rf /tmp/wheelhouse/stack
 
-# Layer 4: the pure-Python wheels the cell pins by name, locked by sha256.
-# What a release bumps: one of these pins rebuilds from here, every layer below stays.
-COPY wheels/pinned/ /tmp/wheelhouse/pinned/
-RUN /tmp/uv/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
-        --no-index --no-deps --require-hashes --no-build \
-        --find-links /tmp/wheelhouse/pinned -r /tmp/wheelhouse/pinned/requirements.txt \
-    && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
-    && /opt/stackpin/venv/bin/python /tmp/tools/compile.py /tmp/wheelhouse/pinned/requirements.txt \
-    && rm -rf /tmp/wheelhouse/pinned
-
 # Guard: the build fails here, not at the site, when pip installed anything but the pins
 # (pip check inside, less the requirements the cell drops by name in the matrix). Bytecode
 # is not its job: each install step compiled its own layer's (tools/compile.py).
@@ -83,7 +73,7 @@ LABEL \
       io.stackpin.attention="sdpa" \
       io.stackpin.cell="synth-rocm" \
       io.stackpin.cell-json="{\"arch\":[\"gfx999\"],\"attention\":null,\"base\":{\"bootstrap\":null,\"digest\":\"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"image\":\"registry.example.invalid/rocm:9.9\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic ROCm cell: one variant, no env script\",\"dropped\":[],\"env\":{},\"env_script\":\"\",\"excluded\":{},\"glibc\":\"2.35\",\"id\":\"synth-rocm\",\"numpy\":\">=1.26,<3\",\"platform\":\"rocm\",\"platform_version\":\"9.9\",\"provided\":{},\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"visible_devices\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"numpy\":\"2.0.0\"},\"torch\":{\"filename\":\"torch-2.5.0+rocm9.9-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"8888888888888888888888888888888888888888888888888888888888888888\",\"source\":\"index\"},\"variants\":[\"stable\"],\"vendor_wheels\":[]}" \
-      io.stackpin.lock-digest="0f61659f64349b91f417ab226245ca71d77b21011d9885342c6b1833c76c94f1" \
+      io.stackpin.lock-digest="5def03d52bc4230485eca6f6e0d597b5b9a766060d4f2ec8fcff42b9f6776375" \
       io.stackpin.platform="rocm" \
       io.stackpin.source-date-epoch="1700000000" \
       io.stackpin.variant="stable" \
@@ -94,6 +84,6 @@ LABEL \
       org.opencontainers.image.description="synthetic ROCm cell: one variant, no env script" \
       org.opencontainers.image.title="stackpin/synth-rocm" \
       org.opencontainers.image.vendor="stackpin" \
-      org.opencontainers.image.version="stable-0f61659f6434"
+      org.opencontainers.image.version="stable-5def03d52bc4"
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
 CMD ["python", "-m", "stackpin_verify", "--levels", "0"]

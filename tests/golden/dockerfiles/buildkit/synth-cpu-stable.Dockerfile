@@ -1,6 +1,6 @@
 # Rendered by stackpin 0.1.0 for cell synth-cpu, variant stable, for BuildKit.
 # Do not edit: change pinning/*.toml and run `stackpin render synth-cpu --variant stable --builder buildkit`.
-# Lock: 55bbf473e82206eb1a0541eccd65c90e9c36b92f1286fcd8dd21f40c2a041a12 (3 wheels)
+# Lock: 8d05c892949cfb29d80f40fc9be5ffd6e2bb846731d4b58614e5fb1b37358f0b (3 wheels)
 
 # ---- build tools, mounted into the steps below and never part of the image: the step
 # ---- clamp (tools/clamp.py) and the per-layer bytecode compiler (tools/compile.py)
@@ -102,7 +102,7 @@ LABEL \
       io.stackpin.attention="sdpa" \
       io.stackpin.cell="synth-cpu" \
       io.stackpin.cell-json="{\"arch\":[],\"attention\":null,\"base\":{\"bootstrap\":{\"mirror\":\"http://deb.example.invalid/debian\",\"mmdebstrap_variant\":\"minbase\",\"packages\":[\"python3\",\"python3-venv\"],\"suite\":\"bookworm\"},\"digest\":\"\",\"image\":\"\"},\"bitsandbytes\":\"disabled\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic CPU cell: bootstrapped base, one variant\",\"dropped\":[],\"env\":{\"OMP_NUM_THREADS\":\"2\"},\"env_script\":\"\",\"excluded\":{},\"glibc\":\"2.36\",\"id\":\"synth-cpu\",\"numpy\":\"<2\",\"platform\":\"cpu\",\"platform_version\":\"\",\"provided\":{},\"python\":\"cp311\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"visible_devices\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"alpha\":\"1.0.0\",\"numpy\":\"1.0.0\"},\"torch\":{\"filename\":\"torch-1.0.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl\",\"sha256\":\"1111111111111111111111111111111111111111111111111111111111111111\",\"source\":\"index\"},\"variants\":[\"stable\"],\"vendor_wheels\":[]}" \
-      io.stackpin.lock-digest="55bbf473e82206eb1a0541eccd65c90e9c36b92f1286fcd8dd21f40c2a041a12" \
+      io.stackpin.lock-digest="8d05c892949cfb29d80f40fc9be5ffd6e2bb846731d4b58614e5fb1b37358f0b" \
       io.stackpin.platform="cpu" \
       io.stackpin.source-date-epoch="1700000000" \
       io.stackpin.variant="stable" \
@@ -112,6 +112,6 @@ LABEL \
       org.opencontainers.image.description="synthetic CPU cell: bootstrapped base, one variant" \
       org.opencontainers.image.title="stackpin/synth-cpu" \
       org.opencontainers.image.vendor="stackpin" \
-      org.opencontainers.image.version="stable-55bbf473e822"
+      org.opencontainers.image.version="stable-8d05c892949c"
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
 CMD ["python", "-m", "stackpin_verify", "--levels", "0"]

@@ -1,6 +1,6 @@
 # Rendered by stackpin 0.1.0 for cell synth-cuda, variant enhanced, for BuildKit.
 # Do not edit: change pinning/*.toml and run `stackpin render synth-cuda --variant enhanced --builder buildkit`.
-# Lock: 4a42b539dc5d6336c922c9f3a74d239f6dd08de3ad41a5887f6c877ec2324fdb (3 wheels)
+# Lock: 3d1329d312c07e1723008d9b22acce740b49512e7596b707d5cc2abfd39ae86b (3 wheels)
 
 # ---- build tools, mounted into the steps below and never part of the image: the step
 # ---- clamp (tools/clamp.py) and the per-layer bytecode compiler (tools/compile.py)
@@ -60,18 +60,6 @@ RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheelhouse/stack \
     && /opt/stackpin/venv/bin/python /opt/stackpin-tools/compile.py /tmp/wheelhouse/stack/requirements.txt \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
 
-# Layer 4: the pure-Python wheels the cell pins by name, locked by sha256.
-# What a release bumps: one of these pins rebuilds from here, every layer below stays.
-# The wheels are mounted read-only for this step alone: they reach no layer.
-RUN --mount=type=bind,source=wheels/pinned,target=/tmp/wheelhouse/pinned \
-    --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
-    t0=$(date +%s%N) && /opt/stackpin-tools/uv pip install --python /opt/stackpin/venv/bin/python --offline --no-config --no-cache \
-        --no-index --no-deps --require-hashes --no-build \
-        --find-links /tmp/wheelhouse/pinned -r /tmp/wheelhouse/pinned/requirements.txt \
-    && find /opt/stackpin/venv/lib -path '*.dist-info/uv_cache.json' -exec sh -c 'for f; do sed -i "/\/uv_cache\.json,/d" "${f%/uv_cache.json}/RECORD" && rm "$f"; done' sh {} + \
-    && /opt/stackpin/venv/bin/python /opt/stackpin-tools/compile.py /tmp/wheelhouse/pinned/requirements.txt \
-    && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
-
 # Layer 5: FlashAttention (enhanced variant only), --no-deps.
 # Last, so the stable and enhanced images share every layer before it.
 # The wheels are mounted read-only for this step alone: they reach no layer.
@@ -113,7 +101,7 @@ LABEL \
       io.stackpin.attention="flash_attn" \
       io.stackpin.cell="synth-cuda" \
       io.stackpin.cell-json="{\"arch\":[\"sm_99\"],\"attention\":{\"filename\":\"flash_attn-1.0.0+cu991torch250-cp312-cp312-linux_x86_64.whl\",\"sha256\":\"7777777777777777777777777777777777777777777777777777777777777777\",\"source\":\"index\"},\"base\":{\"bootstrap\":null,\"digest\":\"sha256:9999999999999999999999999999999999999999999999999999999999999999\",\"image\":\"registry.example.invalid/cuda:99.1\"},\"bitsandbytes\":\"index\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic CUDA cell: index torch and FlashAttention\",\"dropped\":[],\"env\":{},\"env_script\":\"\",\"excluded\":{},\"glibc\":\"2.35\",\"id\":\"synth-cuda\",\"numpy\":\">=1.26,<3\",\"platform\":\"cuda\",\"platform_version\":\"99.1\",\"provided\":{},\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"visible_devices\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"numpy\":\"2.0.0\"},\"torch\":{\"filename\":\"torch-2.5.0+cu991-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"6666666666666666666666666666666666666666666666666666666666666666\",\"source\":\"index\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[]}" \
-      io.stackpin.lock-digest="4a42b539dc5d6336c922c9f3a74d239f6dd08de3ad41a5887f6c877ec2324fdb" \
+      io.stackpin.lock-digest="3d1329d312c07e1723008d9b22acce740b49512e7596b707d5cc2abfd39ae86b" \
       io.stackpin.platform="cuda" \
       io.stackpin.source-date-epoch="1700000000" \
       io.stackpin.variant="enhanced" \
@@ -124,6 +112,6 @@ LABEL \
       org.opencontainers.image.description="synthetic CUDA cell: index torch and FlashAttention" \
       org.opencontainers.image.title="stackpin/synth-cuda" \
       org.opencontainers.image.vendor="stackpin" \
-      org.opencontainers.image.version="enhanced-4a42b539dc5d"
+      org.opencontainers.image.version="enhanced-3d1329d312c0"
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
 CMD ["python", "-m", "stackpin_verify", "--levels", "0"]
