@@ -85,7 +85,7 @@ def test_the_guard_of_every_variant_passes_again_on_the_finished_image(rehearsed
 
 def _guard_command(dockerfile: str) -> str:
     """The guard's step of a Dockerfile (with the `source` of the env script before it, where
-    the cell has one), continuation lines joined, without --compile. The classic Dockerfile
+    the cell has one), continuation lines joined. The classic Dockerfile
     gives the guard a RUN of its own; the one-stage (BuildKit) one runs it among the copies
     of its RUN, which need the build context and are left out."""
     text = dockerfile.replace("\\\n", " ")
@@ -93,9 +93,7 @@ def _guard_command(dockerfile: str) -> str:
     steps = [step.strip().removeprefix("RUN ") for step in line.split(" && ")]
     at = next(n for n, step in enumerate(steps) if "/opt/stackpin/guard.py" in step)
     first = at - 1 if at and steps[at - 1].startswith("source ") else at
-    command = " && ".join(steps[first:at + 1])
-    return " ".join(w for w in command.split() if w != "/opt/stackpin/venv/lib").replace(
-        "--compile", "")
+    return " && ".join(steps[first:at + 1])
 
 
 def test_every_image_says_it_is_a_rehearsal_of_its_real_cell(rehearsed: Built, docker_engine,
