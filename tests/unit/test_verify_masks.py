@@ -17,6 +17,7 @@ import verify_helpers
 from stackpin_verify import attention_range, level3, masked
 from stackpin_verify.attention import sdpa
 from stackpin_verify.checks import CheckFailed, CheckResult, run_check
+from stackpin_verify.context import DTYPES as DTYPE_OF
 from stackpin_verify.context import tiny_work_threads
 
 CTX = verify_helpers.cpu_context()
@@ -391,3 +392,70 @@ def test_range_inputs_live_on_the_runs_device():
     results = attention_range.run(ctx, "sdpa", ["bf16"], recording, lambda dtype: None)
     assert seen == [(torch.device("meta"), torch.bfloat16)] * 2
     assert results[0].reason == "attention at the top of the bf16 range raised _Reached: "
+
+
+# --- range: what the GPU-visible mutation run left unpinned (docs/evidence/mutation-h200) ---
+
+
+@pytest.mark.parametrize(("dtype", "case"), [(d, c) for d in DTYPES for c in ("values", "logits")])
+def test_range_inputs_are_the_seeded_draws_at_exactly_the_cases_scales(dtype, case):
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(attention_range.SHAPE, generator=gen, dtype=torch.float64)
+               for _ in range(3))
+    if case == "values":
+        eq, ek, ev = attention_range.VALUE_SCALES[dtype]
+        q, k, v = q * 2.0**eq, k * 2.0**ek, v * 2.0**ev
+    else:
+        half = 2.0 ** (attention_range.LOGIT_SCALES[dtype] / 2)
+        q, k = q * half, k * half
+    want = [t.to(DTYPE_OF[dtype]) for t in (q, k, v)]
+    got = attention_range.range_inputs(dtype, case, torch.device("cpu"))
+    for name, a, b in zip("qkv", got, want, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+
+
+def test_range_inputs_land_on_the_device_asked_for():
+    # "meta" is a device every host has: an input left on the CPU shows here as on a GPU.
+    got = attention_range.range_inputs("bf16", "values", torch.device("meta"))
+    assert [t.device.type for t in got] == ["meta"] * 3
+    assert [t.dtype for t in got] == [torch.bfloat16] * 3
+
+
+def test_max_logit_is_the_largest_scaled_logit_on_uneven_shapes():
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 2, 5, 3, generator=gen, dtype=torch.float64)  # B, H, S_q, D
+    k = torch.randn(1, 2, 7, 3, generator=gen, dtype=torch.float64)  # S_k != S_q != D != H
+    want = max(abs(float(q[0, h, i] @ k[0, h, j])) for h in range(2) for i in range(5)
+               for j in range(7)) / 3 ** 0.5
+    assert attention_range.max_logit(q, k) == pytest.approx(want, rel=1e-12)
+
+
+def test_compare_forward_reports_what_it_judged_and_against_what():
+    for dtype, wide in (("fp32", "float64"), ("bf16", "float32"), ("fp16", "float32")):
+        inputs = attention_range.range_inputs(dtype, "values", torch.device("cpu"))
+        metrics, reason = attention_range.compare_forward(
+            lambda q, k, v: sdpa(q, k, v, causal=False), inputs)
+        assert reason is None
+        q, k, v = inputs
+        assert metrics["dtype"] == str(q.dtype).removeprefix("torch.")
+        assert metrics["reference_dtype"] == wide
+        assert metrics["max_abs_q"] == float(q.abs().max())
+        assert metrics["max_abs_v"] == float(v.abs().max())
+        assert metrics["max_abs_logit"] == attention_range.max_logit(
+            q.to(getattr(torch, wide)), k.to(getattr(torch, wide)))
+        assert set(metrics["errors"]) == {"out"}
+        assert set(metrics["errors"]["out"]) >= {"kernel", "pytorch", "bound"}, metrics["errors"]
+
+
+def test_a_wrong_shape_is_named_with_both_shapes():
+    inputs = attention_range.range_inputs("fp32", "values", torch.device("cpu"))
+    metrics, reason = attention_range.compare_forward(lambda q, k, v: v[..., :32], inputs)
+    assert reason == "output shape [2, 4, 113, 32] != expected [2, 4, 113, 64]"
+    assert "errors" not in metrics
+
+
+def test_a_failed_range_check_keeps_its_numbers():
+    result = attention_range.run(CTX, "sdpa", ["fp32"], lambda q, k, v: q * float("nan"),
+                                 lambda dtype: None)[0]
+    assert result.status == "fail"
+    assert result.metrics["dtype"] == "float32" and result.metrics["max_abs_q"] > 2.0**60

@@ -79,6 +79,7 @@ def compare_forward(
         out = fn(*inputs)
     metrics: Metrics = {
         "dtype": str(inputs[0].dtype).removeprefix("torch."),
+        "reference_dtype": str(wide).removeprefix("torch."),
         "max_abs_q": float(inputs[0].abs().max()),
         "max_abs_v": float(inputs[2].abs().max()),
         "max_abs_logit": max_logit(inputs[0].to(wide), inputs[1].to(wide)),
