@@ -256,3 +256,81 @@ def test_the_reloaded_base_is_built_on_the_runs_device_in_its_training_dtype(mon
                        functools.partial(level5.check_adapter_roundtrip, ctx))
     assert built == [(torch.bfloat16, torch.device("cpu"))] * 2  # the trained and the reloaded
     assert result.status == "pass", result.reason
+
+
+# --- what the GPU-visible mutation run left unpinned (docs/evidence/mutation-h200) ----------
+
+
+def _names(n: int, kind: str = "A") -> list[str]:
+    return [f"base_model.model.layers.{i}.q_proj.lora_{kind}.default.weight" for i in range(n)]
+
+
+def test_moved_names_four_of_each_kind_and_joins_both_problems():
+    lr, steps = 0.01, 2
+    upper = lora_tensors.ADAM_STEP_BOUND * lr * steps
+    still, wild = _names(5, "A"), _names(5, "B")
+    start = {n: torch.zeros(2) for n in still + wild}
+    trained = {**{n: torch.zeros(2) for n in still}, **{n: torch.full((2,), 1.0) for n in wild}}
+    _, reason = lora_tensors.judge_moved(start, trained, lr=lr, steps=steps)
+    assert reason == (
+        "5 of 10 adapter tensors moved less than one Adam step (lr 0.01) in 2 steps: "
+        "layers.0.q_proj.lora_A (0), layers.1.q_proj.lora_A (0), layers.2.q_proj.lora_A (0), "
+        "layers.3.q_proj.lora_A (0); "
+        f"5 adapter tensors moved more than 2 Adam steps can ({upper:.3g}): "
+        "layers.0.q_proj.lora_B (1), layers.1.q_proj.lora_B (1), layers.2.q_proj.lora_B (1), "
+        "layers.3.q_proj.lora_B (1)"
+    )
+
+
+def test_optimizer_steps_names_four_and_joins_them():
+    counts = dict.fromkeys(_names(5), 1)
+    assert lora_tensors.judge_optimizer_steps(counts, 3) == (
+        "5 of 5 adapter tensors were stepped a number of times other than the 3 training "
+        "steps: layers.0.q_proj.lora_A 1, layers.1.q_proj.lora_A 1, layers.2.q_proj.lora_A 1, "
+        "layers.3.q_proj.lora_A 1"
+    )
+
+
+def test_same_tensors_names_four_of_each_and_joins_them():
+    want = {n: torch.ones(1) for n in _names(5, "A") + _names(5, "B")}
+    got = {**{n: torch.zeros(1) for n in _names(5, "B")},
+           **{n.replace("q_proj", "k_proj"): torch.ones(1) for n in _names(5, "A")}}
+    four = ", ".join(f"layers.{i}.{{}}" for i in range(4))
+    assert lora_tensors.judge_same_tensors("saved", want, got) == (
+        "saved (5 missing, 5 unexpected, 5 differ): "
+        f"missing {four.format(*['q_proj.lora_A'] * 4)}; "
+        f"unexpected {four.format(*['k_proj.lora_A'] * 4)}; "
+        f"differ: {four.format(*['q_proj.lora_B'] * 4)}"
+    )
+
+
+def test_saved_tensors_reads_the_older_bin_and_never_unpickles_code(tmp_path):
+    tensors = {"a.lora_A.weight": torch.arange(6.0).reshape(2, 3), "a.lora_B.weight": torch.ones(3)}
+    torch.save(tensors, tmp_path / "adapter_model.bin")
+    loaded = lora_tensors.saved_tensors(tmp_path)
+    assert set(loaded) == set(tensors)
+    assert all(torch.equal(loaded[n], tensors[n]) for n in tensors)
+    # A file that smuggles an object in is refused: a saved adapter is tensors, nothing else.
+    torch.save({"a.lora_A.weight": torch.ones(1), "x": _Smuggled()}, tmp_path / "adapter_model.bin")
+    with pytest.raises(Exception, match=r"(?i)weights only|weights_only|Unsupported global"):
+        lora_tensors.saved_tensors(tmp_path)
+
+
+class _Smuggled:
+    pass
+
+
+def test_saved_tensors_prefers_safetensors(tmp_path):
+    from safetensors.torch import save_file
+
+    save_file({"a.lora_A.weight": torch.full((2,), 3.0)}, str(tmp_path / "adapter_model.safetensors"))
+    torch.save({"stale": torch.zeros(1)}, tmp_path / "adapter_model.bin")
+    loaded = lora_tensors.saved_tensors(tmp_path)
+    assert list(loaded) == ["a.lora_A.weight"] and torch.equal(loaded["a.lora_A.weight"],
+                                                                torch.full((2,), 3.0))
+
+
+def test_layer_ablation_without_any_lora_b_says_so():
+    model = torch.nn.Linear(2, 2)
+    assert lora_tensors.layer_ablation(model, torch.zeros(1, 2, dtype=torch.long),
+                                       torch.float32) == ({}, "the reloaded model has no lora_B tensor")
