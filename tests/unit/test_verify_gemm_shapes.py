@@ -144,3 +144,84 @@ def test_operands_are_seeded_in_the_dtype_on_the_device_asked():
     assert (a2.shape, b2.shape) == ((5, 7), (7, 2))
     again = gemm_shapes.operands((0, 5, 7, 2), torch.float32, CPU)
     assert torch.equal(a2, again[0]) and torch.equal(b2, again[1]) and not torch.equal(a2[0], b2[:, 0])
+
+
+# --- what the GPU-visible mutation run left unpinned (docs/evidence/mutation-h200) ----------
+
+EXACT = gemm_shapes.Bound(u_out=0.5, u_acc=0.0, reduction=0.0)
+
+
+def test_k_is_the_inner_dimension_of_a_batched_product():
+    a, b = torch.ones(2, 3, 5, dtype=torch.float64), torch.ones(2, 5, 4, dtype=torch.float64)
+    metrics, reason = gemm_shapes.judge_product(a @ b, a, b, gemm_shapes.bound_for(
+        torch.float64, CPU))
+    assert reason is None
+    assert metrics == {"k": 5, "worst_ratio": 0.0,
+                       "bound": gemm_shapes.bound_for(torch.float64, CPU).to_json()}
+
+
+def test_an_error_exactly_at_the_bound_passes_and_a_hair_over_fails():
+    a, b = torch.tensor([[2.0]]), torch.tensor([[1.0]])  # c = 2: allowed 0.5 * 2 = 1
+    metrics, reason = gemm_shapes.judge_product(torch.tensor([[3.0]]), a, b, EXACT)
+    assert reason is None and metrics["worst_ratio"] == 1.0
+    _, reason = gemm_shapes.judge_product(torch.tensor([[3.0001]]), a, b, EXACT)
+    assert reason is not None and reason.startswith("error 1 at [0, 0] is 1x the bound")
+    # Under the bound on the other side too: the error is |c - c64|, not c + c64.
+    assert gemm_shapes.judge_product(torch.tensor([[1.0]]), a, b, EXACT)[1] is None
+
+
+def test_each_term_of_the_bound_counts_as_written():
+    a = torch.tensor([[3.0, -3.0]], dtype=torch.float64)  # c = 0, |A||B| = 6
+    b = torch.tensor([[1.0], [1.0]], dtype=torch.float64)
+    # The accumulation term alone: 6 sqrt(2) u_acc 6.
+    acc = gemm_shapes.Bound(u_out=0.0, u_acc=2.0**-10, reduction=0.0)
+    allowed = gemm_shapes.LAMBDA * 2**0.5 * 2.0**-10 * 6
+    assert gemm_shapes.judge_product(torch.tensor([[allowed * 0.99]]), a, b, acc)[1] is None
+    assert gemm_shapes.judge_product(torch.tensor([[allowed * 1.01]]), a, b, acc)[1] is not None
+    # The reduction term scales with max|c64| (here 40), and adds to the others.
+    a2 = torch.tensor([[40.0], [0.0]], dtype=torch.float64)
+    b2 = torch.tensor([[1.0]], dtype=torch.float64)
+    red = gemm_shapes.Bound(u_out=0.0, u_acc=0.0, reduction=0.1)  # 0.1 * 40 = 4
+    assert gemm_shapes.judge_product(torch.tensor([[40.0], [3.9]]), a2, b2, red)[1] is None
+    assert gemm_shapes.judge_product(torch.tensor([[40.0], [4.1]]), a2, b2, red)[1] is not None
+
+
+def test_non_finite_products_are_counted_by_name():
+    a = b = torch.ones(1, 1)
+    assert gemm_shapes.judge_product(torch.tensor([[float("inf")]]), a, b, EXACT) == (
+        {"nonfinite": 1}, "1 non-finite values in the product")
+
+
+def test_operands_are_the_seeded_draws_on_the_device_asked_for():
+    gen = torch.Generator().manual_seed(4321)
+    a = torch.randn(2, 3, 4, generator=gen).to(torch.bfloat16)
+    b = torch.randn(2, 4, 5, generator=gen).to(torch.bfloat16)
+    got = gemm_shapes.operands((2, 3, 4, 5), torch.bfloat16, CPU)
+    assert torch.equal(got[0], a) and torch.equal(got[1], b)
+    meta = gemm_shapes.operands((0, 3, 4, 5), torch.float16, torch.device("meta"))
+    assert [t.device.type for t in meta] == ["meta", "meta"]
+    assert [tuple(t.shape) for t in meta] == [(3, 4), (4, 5)]
+
+
+def test_an_accelerator_gets_the_accelerator_shapes(monkeypatch):
+    accelerated = verify_helpers.cpu_context()
+    monkeypatch.setattr(type(accelerated), "accelerated", property(lambda self: True))
+    seen = []
+
+    def matmul(a, b):  # records the operands; the product itself is exact
+        seen.append((tuple(a.shape), tuple(b.shape)))
+        return (a.double() @ b.double()).to(a.dtype)
+
+    small = {"edges": (0, 9, 7, 5)}
+    monkeypatch.setattr(gemm_shapes, "GPU_SHAPES", small)
+    metrics = gemm_shapes.check_shape(accelerated, "fp32", "edges", _never, matmul)
+    assert seen == [((9, 7), (7, 5))] and metrics["shape"] == [0, 9, 7, 5]
+
+
+def test_a_product_that_should_be_zero_and_is_not_fails_even_with_no_room():
+    zero = gemm_shapes.Bound(u_out=0.0, u_acc=0.0, reduction=0.0)
+    a = b = torch.zeros(1, 1, dtype=torch.float64)
+    assert gemm_shapes.judge_product(torch.zeros(1, 1), a, b, zero)[1] is None
+    _, reason = gemm_shapes.judge_product(torch.full((1, 1), 1e-300, dtype=torch.float64),
+                                          a, b, zero)
+    assert reason is not None  # the floor of the bound is +tiny, never below zero
