@@ -72,7 +72,11 @@ def test_accelerator_never_runs_the_probe(monkeypatch):
     assert reason == "bf16 needs compute capability 8.0 or newer; this device is sm_75"
 
 
-def test_cpu_device_report():
+def test_cpu_device_report(monkeypatch):
+    # As on a GPU host (the H200's GPU-visible run found it): Triton sees the GPU, the run
+    # judges the CPU, and the CPU has no Triton target.
+    monkeypatch.setattr(capability, "triton_target",
+                        lambda: {"backend": "cuda", "arch": "90", "warp_size": 32})
     facts = capability.device_report(torch.device("cpu"))
     assert facts == {
         "type": "cpu", "arch": "cpu", "bf16_supported": None, "torch_bf16_supported": None,

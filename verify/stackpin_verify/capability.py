@@ -129,5 +129,6 @@ def device_report(device: torch.device) -> dict[str, Any]:
     else:
         facts["bf16_supported"] = accelerator_unsupported("bf16", arch) is None
         facts["torch_bf16_supported"] = bool(torch.cuda.is_bf16_supported())
-    facts["triton_target"] = triton_target()
+    # Triton's target is the current GPU's: a run judging the CPU on a GPU host has none.
+    facts["triton_target"] = None if device.type == CPU else triton_target()
     return facts
