@@ -24,6 +24,16 @@ python=${PYTHON:-python3}
 # aggregation (runner, report, checks), the capability decision and issue 22's criteria; one
 # list, the scored one (scripts/mutation_score.py SCORED).
 mapfile -t modules < <("$python" "$root/scripts/mutation_score.py" --modules)
+# MUTATION_MODULES="a b": only these scored modules (a re-measure after new tests).
+if [ -n "${MUTATION_MODULES:-}" ]; then
+    wanted=" $MUTATION_MODULES "
+    kept=()
+    for module in "${modules[@]}"; do
+        [[ $wanted == *" $module "* ]] && kept+=("$module")
+    done
+    [ "${#kept[@]}" -gt 0 ] || { echo "mutation-test: no scored module in MUTATION_MODULES ($MUTATION_MODULES)" >&2; exit 2; }
+    modules=("${kept[@]}")
+fi
 
 mkdir -p "$work"
 # -p keeps modification times: mutmut regenerates the mutants only of files that changed.
