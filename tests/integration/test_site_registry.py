@@ -208,9 +208,19 @@ def _held_blobs(data: Path) -> set[str]:
 
 
 def _uploading(data: Path) -> bool:
-    """Some upload is under way: distribution keeps its data under _uploads/<uuid>/data."""
+    """Some upload is under way: distribution keeps its data under _uploads/<uuid>/data.
+
+    The registry removes an upload's folder when it commits the blob, at any moment of the
+    walk (a CI run once met FileNotFoundError inside glob): a folder gone is no upload."""
     root = data / "data" / "docker" / "registry" / "v2" / "repositories"
-    return any(p.stat().st_size > 0 for p in root.glob("**/_uploads/*/data"))
+    for folder, _dirs, files in os.walk(root):
+        if Path(folder).parent.name == "_uploads" and "data" in files:
+            try:
+                if (Path(folder) / "data").stat().st_size > 0:
+                    return True
+            except FileNotFoundError:
+                continue
+    return False
 
 
 def _push_through(proxy: int, bundle: Path, site: Site, pubkey: Path, *,
