@@ -4,7 +4,7 @@
 # the real Docker daemon (marker docker), one at a time: they share the daemon and its builds.
 # Arguments go to one plain pytest run instead (`bash scripts/test.sh tests/unit -k lock`).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export STACKPIN_REQUIRE_DOCKER=${STACKPIN_REQUIRE_DOCKER:-1}
 
 .venv/bin/ruff check src tests verify || exit 1
