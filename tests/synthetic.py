@@ -36,7 +36,8 @@ def synthetic_resolution(cell: Cell) -> Resolution:
         # (stackpin.layers) then show both halves, the compiled one and the pinned one.
         tags = (f"{cell.python}-{cell.python}-manylinux_2_17_x86_64" if dist == "numpy"
                 else "py3-none-any")
-        name = wheel.filename if wheel else f"{dist}-{version}-{tags}.whl"
+        # A wheel's file name spells the distribution with underscores (the wheel spec).
+        name = wheel.filename if wheel else f"{dist.replace('-', '_')}-{version}-{tags}.whl"
         sha = wheel.sha256 if wheel else hashlib.sha256(name.encode()).hexdigest()
         closure.append(Resolved(name=dist, version=version, origin="index", filename=name,
                                 url=f"https://files.example.invalid/{name}", sha256=sha))

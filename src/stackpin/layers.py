@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from packaging.tags import parse_tag
 from packaging.utils import canonicalize_name
 
+from stackpin.abi import parse_wheel_filename
 from stackpin.lock import Group, Lock, LockedWheel
 from stackpin.matrix import Cell, Variant
 
@@ -70,13 +70,8 @@ class InstallLayer:
 
 
 def is_pure(filename: str) -> bool:
-    """A wheel with no compiled code: every tag's ABI is ``none`` and platform ``any``.
-
-    The tags are the file name's last three fields (the wheel spec's rule); the lock has
-    checked the whole name already."""
-    fields = filename.removesuffix(".whl").rsplit("-", 3)
-    tags = parse_tag("-".join(fields[1:])) if len(fields) == 4 else frozenset()
-    return bool(tags) and all(t.abi == "none" and t.platform == "any" for t in tags)
+    """A wheel with no compiled code: every tag's ABI is ``none`` and platform ``any``."""
+    return all(t.abi == "none" and t.platform == "any" for t in parse_wheel_filename(filename).tags)
 
 
 def layer_of(wheel: LockedWheel, pinned: frozenset[str]) -> LayerName:

@@ -1,6 +1,6 @@
 # Rendered by stackpin 0.1.0 for cell synth-cuda, variant stable, for BuildKit.
 # Do not edit: change pinning/*.toml and run `stackpin render synth-cuda --variant stable --builder buildkit`.
-# Lock: 3d1329d312c07e1723008d9b22acce740b49512e7596b707d5cc2abfd39ae86b (3 wheels)
+# Lock: 77f4a2f67dbb3d6b0a5e4a39ef92d940027d02abe1829b5cfa1ff74ef3819fb0 (3 wheels)
 
 # ---- build tools, mounted into the steps below and never part of the image: the step
 # ---- clamp (tools/clamp.py) and the per-layer bytecode compiler (tools/compile.py)
@@ -89,7 +89,7 @@ LABEL \
       io.stackpin.attention="sdpa" \
       io.stackpin.cell="synth-cuda" \
       io.stackpin.cell-json="{\"arch\":[\"sm_99\"],\"attention\":{\"filename\":\"flash_attn-1.0.0+cu991torch250-cp312-cp312-linux_x86_64.whl\",\"sha256\":\"7777777777777777777777777777777777777777777777777777777777777777\",\"source\":\"index\"},\"base\":{\"bootstrap\":null,\"digest\":\"sha256:9999999999999999999999999999999999999999999999999999999999999999\",\"image\":\"registry.example.invalid/cuda:99.1\"},\"bitsandbytes\":\"index\",\"cpu_arch\":\"x86_64\",\"description\":\"synthetic CUDA cell: index torch and FlashAttention\",\"dropped\":[],\"env\":{},\"env_script\":\"\",\"excluded\":{},\"glibc\":\"2.35\",\"id\":\"synth-cuda\",\"numpy\":\">=1.26,<3\",\"platform\":\"cuda\",\"platform_version\":\"99.1\",\"provided\":{},\"python\":\"cp312\",\"run\":{\"cap_add\":[],\"devices\":[],\"gpus\":\"\",\"group_add\":[],\"ipc\":\"\",\"security_opt\":[],\"shm_size\":\"\",\"visible_devices\":\"\",\"volumes\":[]},\"source_date_epoch\":1700000000,\"stack\":{\"numpy\":\"2.0.0\"},\"torch\":{\"filename\":\"torch-2.5.0+cu991-cp312-cp312-manylinux_2_28_x86_64.whl\",\"sha256\":\"6666666666666666666666666666666666666666666666666666666666666666\",\"source\":\"index\"},\"variants\":[\"stable\",\"enhanced\"],\"vendor_wheels\":[]}" \
-      io.stackpin.lock-digest="3d1329d312c07e1723008d9b22acce740b49512e7596b707d5cc2abfd39ae86b" \
+      io.stackpin.lock-digest="77f4a2f67dbb3d6b0a5e4a39ef92d940027d02abe1829b5cfa1ff74ef3819fb0" \
       io.stackpin.platform="cuda" \
       io.stackpin.source-date-epoch="1700000000" \
       io.stackpin.variant="stable" \
@@ -100,6 +100,6 @@ LABEL \
       org.opencontainers.image.description="synthetic CUDA cell: index torch and FlashAttention" \
       org.opencontainers.image.title="stackpin/synth-cuda" \
       org.opencontainers.image.vendor="stackpin" \
-      org.opencontainers.image.version="stable-3d1329d312c0"
+      org.opencontainers.image.version="stable-77f4a2f67dbb"
 ENTRYPOINT ["/opt/stackpin/entrypoint.sh"]
 CMD ["python", "-m", "stackpin_verify", "--levels", "0"]
