@@ -113,6 +113,7 @@ NOT_TOLERANCES: dict[str, str] = {
     "masked.PAD_FILL": "workload: what padding holds (garbage, finite)",
     "masked.VARLEN_Q": "workload: the uneven varlen lengths",
     "masked.VARLEN_K": "workload: the uneven varlen lengths",
+    "masked.BIAS_SEED": "workload: the bias's draw (any seed serves; fixed so reports repeat)",
     "attention_range.SHAPE": "workload: the range cases' shape",
     "dtk_env.SOURCE_TIMEOUT_S": "a time limit, not a tolerance",
     "gemm_shapes.CPU_SHAPES": "workload: the GEMM shapes (their K enters the bound)",

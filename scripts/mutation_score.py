@@ -46,9 +46,9 @@ SCORED: dict[str, tuple[str, ...]] = {
     "runner": ("judge_level",),
     "training": ("judge_*",),
     # Issue 22's criteria.
-    "masked": ("key_valid", "padded_mask", "additive", "sdpa_masked", "pad_batch", "unpad_rows",
-               "_bounds", "masked_math", "per_sequence_reference", "check_padded_sdpa",
-               "judged", "check_varlen_qk"),
+    "masked": ("key_valid", "padded_mask", "additive", "exact_bias", "sdpa_masked",
+               "pad_batch", "unpad_rows", "_bounds", "masked_math", "per_sequence_reference",
+               "check_padded_sdpa", "judged", "check_varlen_qk"),
     "attention_range": ("range_inputs", "max_logit", "judge_finite", "compare_forward",
                         "check_range"),
     "dtk_env": ("*",),

@@ -216,9 +216,10 @@ def test_optimizer_step_judge_needs_every_tensor_at_the_step_count():
 
 
 def test_left_padding_puts_pads_and_zero_mask_first():
-    ids, mask = batched.left_padded([[5, 6], [7]], 0, torch.device("cpu"))
+    ids, mask, positions = batched.left_padded([[5, 6], [7]], 0, torch.device("cpu"))
     assert ids.tolist() == [[5, 6], [0, 7]]
     assert mask.tolist() == [[1, 1], [0, 1]]
+    assert positions.tolist() == [[0, 1], [0, 0]]
 
 
 def test_batched_judge_quotes_the_rows_that_differ():

@@ -56,6 +56,21 @@ def cpu_context(image: dict[str, Any] | None = None, **kwargs: Any) -> Context:
     return Context(backend="cpu", device=torch.device("cpu"), image=image, **kwargs)
 
 
+def run_devices() -> list[torch.device]:
+    """The devices a test of a device path runs on: the CPU everywhere, and the GPU where
+    one is visible (the H200's mutation run), so a tensor left on the wrong device fails
+    there. No test skips for want of a GPU: on a CPU host it runs on the CPU alone."""
+    found = [torch.device("cpu")]
+    if torch.cuda.is_available():
+        found.append(torch.device("cuda"))
+    return found
+
+
+def device_context(device: torch.device, **kwargs: Any) -> Context:
+    backend = "cpu" if device.type == "cpu" else device.type
+    return Context(backend=backend, device=device, image=None, **kwargs)
+
+
 FAULTS_MODULE = ROOT / "tests" / "faults" / "sitecustomize.py"
 
 

@@ -6,6 +6,7 @@ mask, left padding or the positions changes the batched answers only."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,12 +15,16 @@ import torch
 
 def left_padded(
     prompts: Sequence[Sequence[int]], pad_id: int, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input ids, attention mask), each [B, longest], padding first."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input ids, attention mask, position ids), each [B, longest], padding first. A
+    row's first real token is position 0; its padding sits at 0 too (masked anyway)."""
     width = max(len(p) for p in prompts)
-    ids = [[pad_id] * (width - len(p)) + list(p) for p in prompts]
-    mask = [[0] * (width - len(p)) + [1] * len(p) for p in prompts]
-    return torch.tensor(ids, device=device), torch.tensor(mask, device=device)
+    rows = [(width - len(p), list(p)) for p in prompts]
+    ids = [[pad_id] * pad + p for pad, p in rows]
+    mask = [[0] * pad + [1] * len(p) for pad, p in rows]
+    positions = [[0] * pad + list(range(len(p))) for pad, p in rows]
+    on_device = functools.partial(torch.tensor, device=device)
+    return on_device(ids), on_device(mask), on_device(positions)
 
 
 def greedy(
@@ -32,27 +37,25 @@ def greedy(
     eos_id: int | None = None,
 ) -> list[list[int]]:
     """Each prompt's ``steps`` greedy tokens (cut before its first ``eos_id``)."""
-    ids, mask = left_padded(prompts, pad_id, device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    found: list[list[int]] = [[] for _ in prompts]
+    ids, mask, positions = left_padded(prompts, pad_id, device)
+    chosen: list[torch.Tensor] = []
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         for step in range(steps):
-            token = out.logits[:, -1].argmax(-1)
-            for row, value in zip(found, token.tolist(), strict=True):
-                row.append(int(value))
+            token = out.logits[:, -1:].argmax(-1)  # [B, 1]: the next input as it is
+            chosen.append(token)
             if step == steps - 1:
-                break
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                break  # the last token needs no forward pass of its own
+            mask = torch.cat([mask, torch.ones_like(token)], dim=1)
             positions = positions[:, -1:] + 1
             out = model(
-                input_ids=token[:, None],
+                input_ids=token,
                 attention_mask=mask,
                 position_ids=positions,
                 past_key_values=out.past_key_values,
                 use_cache=True,
             )
-    return [_until(row, eos_id) for row in found]
+    return [_until(row, eos_id) for row in torch.cat(chosen, dim=1).tolist()]
 
 
 def _until(tokens: list[int], eos_id: int | None) -> list[int]:
@@ -89,11 +92,11 @@ def compare(
     eos_id: int | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     """Generate the prompts batched and one by one; (metrics, reason or None)."""
-    batch = greedy(model, prompts, steps, pad_id=pad_id, device=device, eos_id=eos_id)
-    alone = [
-        greedy(model, [p], steps, pad_id=pad_id, device=device, eos_id=eos_id)[0]
-        for p in prompts
-    ]
+    run = functools.partial(
+        greedy, model, steps=steps, pad_id=pad_id, device=device, eos_id=eos_id
+    )
+    batch = run(prompts)
+    alone = [run([p])[0] for p in prompts]
     metrics: dict[str, Any] = {
         "prompts": len(prompts),
         "prompt_lengths": [len(p) for p in prompts],
