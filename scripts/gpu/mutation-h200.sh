@@ -66,7 +66,7 @@ while read -r id; do [ -n "$id" ] && args+=" --deselect $id"; done < "$MUTATION_
 echo "deselected (red with the GPU visible before any mutation): ${args:-none}"
 
 echo "== mutmut, GPU visible, 16 workers"
-left=$((end - SECONDS - 90))  # keep time for the score and the files
+left=$((end - SECONDS - 45))  # keep time for the score and the files
 MUTATION_JOBS=16 PYTHON=python3 MUTATION_PYTEST_ARGS="$args" \
   timeout -s INT -k 30 "$left" bash scripts/mutation-test.sh > "$OUT/mutmut.log" 2>&1
 echo "mutmut exit $? ($((SECONDS)) s into the call)"
