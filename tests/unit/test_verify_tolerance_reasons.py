@@ -26,7 +26,7 @@ import pytest
 import torch
 import verify_helpers
 
-from stackpin_verify import attention_range, gemm_shapes, level2
+from stackpin_verify import attention_range, gemm_shapes, level1, level2
 from stackpin_verify.checks import run_check
 from stackpin_verify.context import DTYPES, tiny_work_threads
 
@@ -107,3 +107,44 @@ def test_a_softmax_narrowed_to_fp16_inside_fails(monkeypatch, fault):
     result = _softmax_check(monkeypatch, fault)
     assert result.status == "fail"
     assert result.reason.startswith("differs from torch.softmax by ")
+
+
+def _gemm(monkeypatch, dtype: str, *, inputs=None, output=None):
+    """L1's square GEMM, its inputs or its output rounded through a narrower type."""
+    if inputs is not None or output is not None:
+        real = torch.Tensor.__matmul__
+
+        def through(a, b):
+            if a.dtype == torch.float64:  # the float64 reference stays honest
+                return real(a, b)
+            if inputs is not None:
+                a, b = a.to(inputs).to(a.dtype), b.to(inputs).to(b.dtype)
+            out = real(a, b)
+            return out.to(output).to(out.dtype) if output is not None else out
+
+        monkeypatch.setattr(torch.Tensor, "__matmul__", through)
+    ctx = verify_helpers.cpu_context()
+    return run_check(f"L1.gemm.{dtype}", functools.partial(level1.check_gemm, ctx, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+def test_an_honest_gemm_passes_with_room(dtype):
+    result = _gemm(None, dtype)
+    assert result.status == "pass", result.reason
+    assert result.metrics["rel_err"] < result.metrics["tolerance"] / 3
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_a_gemm_whose_output_passes_through_bf16_fails(monkeypatch, dtype):
+    """About 5 u of the wider type (2.2e-3 here): under the old fp16 tolerance of 4e-3 it
+    passed, and it would again at twice the tolerance."""
+    result = _gemm(monkeypatch, dtype, output=torch.bfloat16)
+    assert result.status == "fail"
+    assert result.reason.startswith("relative error ")
+
+
+def test_fp32_at_tf32s_precision_passes(monkeypatch):
+    """TF32 rounds the inputs to fp16's 10 explicit mantissa bits and accumulates in fp32:
+    what torch lets an fp32 matmul do on an accelerator."""
+    result = _gemm(monkeypatch, "fp32", inputs=torch.float16)
+    assert result.status == "pass", result.reason
