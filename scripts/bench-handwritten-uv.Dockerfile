@@ -21,8 +21,12 @@ RUN --mount=type=bind,source=wheels/vendor,target=/tmp/wheels \
     --mount=type=bind,from=uv,source=/uv,target=/uv \
     /uv/uv pip install --python /opt/venv/bin/python --offline --no-index --no-deps \
         --require-hashes --find-links /tmp/wheels -r /tmp/wheels/requirements.txt
-RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheels \
+RUN --mount=type=bind,source=wheels/stack,target=/tmp/stack \
+    --mount=type=bind,source=wheels/pure,target=/tmp/pure \
+    --mount=type=bind,source=wheels/pinned,target=/tmp/pinned \
     --mount=type=bind,from=uv,source=/uv,target=/uv \
     /uv/uv pip install --python /opt/venv/bin/python --offline --no-index --no-deps \
-        --require-hashes --find-links /tmp/wheels -r /tmp/wheels/requirements.txt
+        --require-hashes --find-links /tmp/stack --find-links /tmp/pure \
+        --find-links /tmp/pinned -r /tmp/stack/requirements.txt \
+        -r /tmp/pure/requirements.txt -r /tmp/pinned/requirements.txt
 ENV PATH=/opt/venv/bin:$PATH

@@ -11,7 +11,13 @@ RUN python3 -m venv /opt/venv
 RUN --mount=type=bind,source=wheels/vendor,target=/tmp/wheels \
     /opt/venv/bin/pip install --no-index --no-deps --require-hashes --no-cache-dir \
         --find-links /tmp/wheels -r /tmp/wheels/requirements.txt
-RUN --mount=type=bind,source=wheels/stack,target=/tmp/wheels \
+# The rest of the stack in one step, as a person writes it (stackpin splits it in three
+# layers by how often each moves: compiled, pure-Python unpinned, pinned by the cell).
+RUN --mount=type=bind,source=wheels/stack,target=/tmp/stack \
+    --mount=type=bind,source=wheels/pure,target=/tmp/pure \
+    --mount=type=bind,source=wheels/pinned,target=/tmp/pinned \
     /opt/venv/bin/pip install --no-index --no-deps --require-hashes --no-cache-dir \
-        --find-links /tmp/wheels -r /tmp/wheels/requirements.txt
+        --find-links /tmp/stack --find-links /tmp/pure --find-links /tmp/pinned \
+        -r /tmp/stack/requirements.txt -r /tmp/pure/requirements.txt \
+        -r /tmp/pinned/requirements.txt
 ENV PATH=/opt/venv/bin:$PATH

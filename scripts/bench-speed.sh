@@ -92,6 +92,22 @@ yardstick() {  # yardstick DOCKERFILE PROJECT TAG [--no-cache]
         -t "$3" "$context"
 }
 
+# The yardstick must install exactly what stackpin does, or its time means nothing (it once
+# installed only two of the four wheel layers after the stack was split, and looked 4x faster).
+same_installs() {  # same_installs STACKPIN_IMAGE HANDWRITTEN_IMAGE
+    local ours theirs
+    ours=$(docker run --rm --network none --entrypoint /opt/stackpin/venv/bin/python "$1" \
+        -m pip list --format=freeze | sort)
+    theirs=$(docker run --rm --network none --entrypoint /opt/venv/bin/python "$2" \
+        -m pip list --format=freeze | sort)
+    if [ "$ours" != "$theirs" ]; then
+        echo "bench: the hand-written image installs other distributions than stackpin's:" >&2
+        diff <(echo "$ours") <(echo "$theirs") | head -n 20 >&2
+        exit 1
+    fi
+    echo "same installs in both images: $(echo "$ours" | wc -l) distributions"
+}
+
 gone() {  # gone IMAGE: the image and every tag of it removed, so a load brings it back whole
     docker rmi -f "$1" >/dev/null 2>&1 || true
     sync
@@ -121,6 +137,7 @@ while IFS== read -r name host; do
         docker rmi -f "$hand_tag-uv" >/dev/null
     fi
     image=$(field "$work/cold.json" image_id)
+    same_installs "$image" "$hand_tag"
     for round in $(seq 1 "${BENCH_EXPORT_ROUNDS:-2}"); do
         rm -rf "$work/bundle" "$work/save.tar"
         a() { (cd "$work/a" && "$sp" bundle export "$bench" -o "$work/bundle"); }
