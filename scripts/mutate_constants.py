@@ -46,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "verify" / "stackpin_verify"
 sys.path.insert(0, str(ROOT / "scripts"))
-from mutation_score import SCORED  # noqa: E402 - the one list of scored modules
+from mutation_score import LEFT_OUT, SCORED  # noqa: E402 - the one lists of both
 
 SCALE = ("x2", "/2")
 STEP = ("+1", "-1")
@@ -417,8 +417,9 @@ def run_tests(package_parent: Path, tests: list[str], extra: list[str],
                PYTHONDONTWRITEBYTECODE="1",
                PYTHONPATH=os.pathsep.join(
                    [str(package_parent), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    left_out = [f"--deselect={test}" for test in LEFT_OUT]
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-rfE", "-p", "no:cacheprovider",
-               "-m", "not docker", *tests, *extra]
+               "-m", "not docker", *left_out, *tests, *extra]
     start = time.perf_counter()
     try:
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,

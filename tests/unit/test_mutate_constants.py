@@ -70,3 +70,22 @@ def test_readers_are_found_in_the_module_and_where_it_is_imported(harness):
     assert "stackpin_verify.attention_range.x_compare_forward" in readers  # imported by name
     level4 = harness.direct_tests("level4", "TOLERANCE")
     assert any("test_l4_tolerances_reject" in t for t in level4)
+
+
+def test_the_tests_no_mutation_run_selects_are_left_out_of_every_run(harness, monkeypatch):
+    """One home (mutation_score.LEFT_OUT) for mutmut's run, the GPU pre-check and this
+    harness: on the H200 these subprocess tests are red before any mutation, and the
+    constants run once refused to start on them."""
+    seen: list[list[str]] = []
+
+    def run(command, **kwargs):
+        seen.append(command)
+        return harness.subprocess.CompletedProcess(command, 0, "1 passed", "")
+
+    monkeypatch.setattr(harness.subprocess, "run", run)
+    harness.run_tests(Path("/tmp/pkg"), ["tests/unit/test_verify_levels.py"], [], 60.0)
+    (command,) = seen
+    left_out = {c.removeprefix("--deselect=") for c in command if c.startswith("--deselect=")}
+    assert left_out == set(harness.LEFT_OUT)
+    assert "tests/unit/test_verify_cli.py" in left_out
+    assert "tests/unit/test_verify_levels.py" in command
