@@ -7,14 +7,11 @@ skip or a failure says."""
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 import verify_helpers
 
 from stackpin_verify import level3, masked
-from stackpin_verify.checks import CheckResult, run_check
 from stackpin_verify.context import DTYPES as DTYPE_OF
 from stackpin_verify.context import tiny_work_threads
 
@@ -28,9 +25,7 @@ def _one_thread():
         yield
 
 
-def _padded(case: masked.MaskCase, device: torch.device | None = None) -> CheckResult:
-    ctx = verify_helpers.device_context(device or torch.device("cpu"))
-    return run_check(case.name, functools.partial(masked.check_padded_sdpa, ctx, case))
+_padded = verify_helpers.padded_case
 
 
 def _qkv(heads_q: int, heads_kv: int) -> tuple[torch.Tensor, ...]:

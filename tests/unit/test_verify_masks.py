@@ -31,8 +31,7 @@ def _one_thread():
         yield
 
 
-def _padded(case: masked.MaskCase) -> CheckResult:
-    return run_check(case.name, functools.partial(masked.check_padded_sdpa, CTX, case))
+_padded = verify_helpers.padded_case
 
 
 def _range() -> dict[str, CheckResult]:
@@ -55,9 +54,8 @@ def test_cases_cover_both_paddings_both_mask_forms_causal_and_not_per_dtype():
 def test_honest_sdpa_passes_every_padded_case(device):
     """On every device here: the CPU, and the GPU where one is visible (the H200's
     mutation run), where a piece of the batch left on the CPU fails."""
-    ctx = verify_helpers.device_context(device)
     for case in MASK_CASES:
-        result = run_check(case.name, functools.partial(masked.check_padded_sdpa, ctx, case))
+        result = _padded(case, device)
         assert result.status == "pass", (str(device), case.name, result.reason)
         assert result.metrics["seqlens"] == [113, 59, 38]
         assert result.metrics["error_ratio"] <= 1.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -53,7 +54,7 @@ def image_info(**overrides: Any) -> dict[str, Any]:
 
 
 def cpu_context(image: dict[str, Any] | None = None, **kwargs: Any) -> Context:
-    return Context(backend="cpu", device=torch.device("cpu"), image=image, **kwargs)
+    return device_context(torch.device("cpu"), image, **kwargs)
 
 
 def run_devices() -> list[torch.device]:
@@ -66,9 +67,20 @@ def run_devices() -> list[torch.device]:
     return found
 
 
-def device_context(device: torch.device, **kwargs: Any) -> Context:
-    backend = "cpu" if device.type == "cpu" else device.type
-    return Context(backend=backend, device=device, image=None, **kwargs)
+def device_context(
+    device: torch.device, image: dict[str, Any] | None = None, **kwargs: Any
+) -> Context:
+    return Context(backend=device.type, device=device, image=image, **kwargs)
+
+
+def padded_case(case: Any, device: torch.device | None = None) -> Any:
+    """One L3 padded-batch case (stackpin_verify.masked.MaskCase) run as the suite runs it,
+    on ``device`` (the CPU by default): its CheckResult."""
+    from stackpin_verify import masked
+    from stackpin_verify.checks import run_check
+
+    ctx = device_context(device or torch.device("cpu"))
+    return run_check(case.name, functools.partial(masked.check_padded_sdpa, ctx, case))
 
 
 FAULTS_MODULE = ROOT / "tests" / "faults" / "sitecustomize.py"
