@@ -68,10 +68,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _deselect_heavy(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tiers that build accelerator-sized or many images (marker ``heavy``: the CUDA
-    cell's two images, every vendor rehearsal cell's) run only when asked, with
-    STACKPIN_HEAVY=1 or ``-m heavy``: together they cost more than CI's 90 minutes on 2
-    cores and its disk (docs/benchmarks.md). Deselected, never skipped, and said at the end."""
+    """The tier that builds accelerator-sized images (marker ``heavy``: the CUDA cell's
+    two, about 6.5 GB each) runs only when asked, with STACKPIN_HEAVY=1 or ``-m heavy``:
+    with it CI would pass its 90 minutes on 2 cores (docs/benchmarks.md). Deselected,
+    never skipped, and said at the end."""
     if os.environ.get(HEAVY_ENV) == "1" or "heavy" in (config.option.markexpr or ""):
         return
     heavy = [item for item in items if item.get_closest_marker("heavy") is not None]
