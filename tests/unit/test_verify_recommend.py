@@ -466,15 +466,45 @@ TINY = step_timing.SpeedModel(hidden=64, heads=4, kv_heads=2, intermediate=128, 
                               vocab=64, batch=2, seqlen=16)
 
 
+def _in_rounds(stable: float, enhanced: float) -> Iterator[float]:
+    """Timer values in the order step_timing.paired asks: the sides swap each round."""
+    for round_ in range(step_timing.ROUNDS):
+        yield from (stable, enhanced) if round_ % 2 == 0 else (enhanced, stable)
+
+
 def test_the_training_step_runs_through_the_package_with_the_same_first_loss():
     recorder = Recorder()
     metrics = step_timing.compare(recorder.package(), TINY, CPU, torch.float32,
-                                  _timer(iter([4.0, 3.0])))
+                                  _timer(_in_rounds(4.0, 3.0)))
     assert metrics["logits_mean_rel_diff"] < 1e-6
     assert metrics["enhanced_over_stable"] == 0.75
-    # One layer: the logits, the first step and the timed one, through the package, causal.
-    assert recorder.calls == [((2, 16, 4, 16), True, False)] + [((2, 16, 4, 16), True, True)] * 2
+    assert metrics["round_ratios"] == [0.75] * step_timing.ROUNDS
+    # One layer: the logits, the first step, then one timed step a round, through the
+    # package, causal.
+    assert recorder.calls == [((2, 16, 4, 16), True, False)] + [
+        ((2, 16, 4, 16), True, True)] * (1 + step_timing.ROUNDS)
     assert metrics["model"]["head_dim"] == 16
+
+
+def test_the_sides_are_timed_in_turns_so_drift_cannot_pass_for_a_gain():
+    recorder = Recorder()
+    seen: list[str] = []
+    clock = iter(range(1, 100))
+
+    def drifting(fn: Any) -> float:
+        before = len(recorder.calls)
+        fn()
+        seen.append("enhanced" if len(recorder.calls) > before else "stable")
+        return float(next(clock))  # every call slower than the last: the machine warms
+
+    metrics = step_timing.compare(recorder.package(), TINY, CPU, torch.float32,
+                                  bench.Timer("drifting", drifting))
+    assert seen == ["stable", "enhanced", "enhanced", "stable"] * 3
+    # Stable first every time would read 7-12 against 1-6: enhanced "twice as slow"; in
+    # turns the drift adds the same to both totals (39 ms each).
+    assert metrics["round_ratios"] == [2 / 1, 3 / 4, 6 / 5, 7 / 8, 10 / 9, 11 / 12]
+    assert metrics["enhanced_over_stable"] == 1.0
+    assert metrics["stable_ms"] == metrics["enhanced_ms"] == 39 / 6
 
 
 class IgnoresMask(Recorder):
@@ -488,17 +518,17 @@ def test_a_package_computing_wrong_attention_fails_the_step_on_the_enhanced_side
     # The loss alone would not tell: at initialisation it sits near ln(vocab) regardless.
     with pytest.raises(CheckFailed, match=r"logits with .* differ from SDPA's") as failed:
         step_timing.compare(recorder.package(), TINY, CPU, torch.float32,
-                            _timer(iter([1.0, 1.0])))
+                            _timer(_in_rounds(1.0, 1.0)))
     assert failed.value.metrics["failed_side"] == "enhanced"
 
 
 def test_a_slower_step_fails_the_optional_check_and_a_failing_one_names_its_side():
     with pytest.raises(CheckFailed, match=r"enhanced is slower here: .*\(1\.50x\)"):
         step_timing.compare(Recorder().package(), TINY, CPU, torch.float32,
-                            _timer(iter([2.0, 3.0])))
+                            _timer(_in_rounds(2.0, 3.0)))
     with pytest.raises(CheckFailed, match="enhanced: RuntimeError: no kernel image") as failed:
         step_timing.compare(Recorder(fail=True).package(), TINY, CPU, torch.float32,
-                            _timer(iter([1.0])))
+                            _timer(iter([])))  # nothing is timed when a side failed
     assert failed.value.metrics["failed_side"] == "enhanced"
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from stackpin_verify import level1
-from stackpin_verify.timing import l2_flush, median_ms
+from stackpin_verify.timing import cuda_clock, l2_flush, median_ms, queued_ms
 from stackpin_verify.torchnames import GPU
 
 
@@ -25,6 +25,19 @@ def select_timer(device: torch.device) -> Timer:
     if do_bench is not None:
         return Timer("triton.testing.do_bench", do_bench)
     return Timer("cuda events" if device.type == GPU else "wall clock", _events(device))
+
+
+QUEUED = "device time, the host queued ahead (cuda events)"
+
+
+def queued_timer(device: torch.device) -> Timer | None:
+    """The device's own time per call (timing.queued_ms), with do_bench's L2 flush before
+    each call; None without an accelerator, where there is no queue to run ahead of."""
+    if device.type != GPU:
+        return None
+    clock = cuda_clock(device)
+    flush = l2_flush(device)
+    return Timer(QUEUED, lambda fn: queued_ms(fn, clock, flush=flush)[0])
 
 
 def _events(device: torch.device) -> Callable[[Callable[[], object]], float]:
