@@ -89,7 +89,10 @@ def test_a_two_step_lora_run_trains_to_completion(chain):
     assert start["request"]["max_steps"] == STEPS
     status = chain["train_status"]
     assert status["phases"][-1] == "completed", status
-    assert "training" in status["phases"]
+    # The chain polls the phase: two CPU steps can begin and end between two polls (seen in
+    # CI: configuring, loading_model, completed), so "training" is not required to be seen;
+    # a loss for each step is what says it trained.
+    assert not {"error", "failed", "stopped"} & set(status["phases"]), status
     losses = chain["train_metrics"]["body"]
     assert len([loss for loss in losses.get("loss_history", []) if loss is not None]) == STEPS
 
