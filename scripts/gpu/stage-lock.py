@@ -83,13 +83,31 @@ def part_size(total: int, max_mib: int) -> int:
     return -(-total // count)
 
 
+# The device tool carries the working tree and the part together, at most 64 MiB; a MiB of
+# margin for parts.sha256 and files written before the call.
+DEVICE_CARRY_MIB = 64
+
+
+def room_beside_tree_mib() -> int:
+    """What a part may hold beside the working tree as the device tool copies it (tracked
+    and untracked, not ignored): the tree grew from 8 to 16 MB with evidence, and 55 MiB
+    parts no longer fit."""
+    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"],
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    tree = sum(Path(name).stat().st_size for name in listed if name and Path(name).is_file())
+    return DEVICE_CARRY_MIB - 1 - -(-tree // 2**20)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cell")
     parser.add_argument("host_pip_list", type=Path)
-    parser.add_argument("--parts-mib", type=int, default=55,
-                        help="the most a part may hold, MiB (the fewest parts, cut evenly)")
+    parser.add_argument("--parts-mib", type=int, default=None,
+                        help="the most a part may hold, MiB (the fewest parts, cut evenly); "
+                             "default: what the device tool's 64 MiB leaves beside the tree")
     args = parser.parse_args()
+    if args.parts_mib is None:
+        args.parts_mib = room_beside_tree_mib()
     lock = json.loads(Path(f"pinning/locks/{args.cell}.lock").read_text())
     wheelhouse = Path("wheels") / args.cell
     host = {str(canonicalize_name(p["name"])): p["version"]
