@@ -107,9 +107,10 @@ class RehearsalBuilds:
                         "label=io.stackpin.rehearsal"], capture_output=True, check=False)
         shutil.rmtree(self.project / "build" / "context", ignore_errors=True)
         if os.environ.get("CI") == "true":
-            # A CI machine gives the cell's BuildKit cache back at once (about 5 GB a cell;
-            # four cells kept it to the end of the run, 19 GB of its disk peak). No later
-            # test builds from a rehearsal's layers; elsewhere it is kept for the next run.
+            # A CI machine gives the default engine's BuildKit cache back at once (about 5 GB
+            # a cell; four cells kept it to the end of the run, 19 GB of its disk peak). All
+            # of it goes, the CPU cell's too: the tests after this tier build with BuildKit
+            # only the sites cell, from no earlier cache. Elsewhere it is kept for the next run.
             subprocess.run(["docker", "builder", "prune", "--all", "--force"],
                            capture_output=True, check=False)
         self.costs[cell]["disk_free_after_drop_gib"] = _free_gib()

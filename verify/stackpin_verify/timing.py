@@ -89,7 +89,7 @@ class DeviceClock:
 
 def cuda_clock(device: torch.device) -> DeviceClock:
     return DeviceClock(hold=torch.cuda._sleep, event=_event,
-                       synchronize=lambda: torch.cuda.synchronize(device))
+                       synchronize=lambda: synchronize(device))
 
 
 # A spin of 2^26 cycles (about 35 ms at an H200's clock) outlasts the host's queueing of
