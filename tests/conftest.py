@@ -58,39 +58,9 @@ def shipped_cells() -> dict[str, Cell]:
     return load_cells(sorted((ROOT / "pinning").glob("*.toml")))
 
 
-HEAVY_ENV = "STACKPIN_HEAVY"
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Integration tests against the real daemon run last (tox's rule: cheap feedback first).
     items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
-    _deselect_heavy(config, items)
-
-
-def _deselect_heavy(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tier that builds accelerator-sized images (marker ``heavy``: the CUDA cell's
-    two, about 6.5 GB each) runs only when asked, with STACKPIN_HEAVY=1 or ``-m heavy``:
-    with it CI would pass its 90 minutes on 2 cores (docs/benchmarks.md). Deselected,
-    never skipped, and said at the end."""
-    if os.environ.get(HEAVY_ENV) == "1" or "heavy" in (config.option.markexpr or ""):
-        return
-    heavy = [item for item in items if item.get_closest_marker("heavy") is not None]
-    if not heavy:
-        return
-    config.hook.pytest_deselected(items=heavy)
-    items[:] = [item for item in items if item.get_closest_marker("heavy") is None]
-    config.stash[_HEAVY_LEFT] = sorted({item.path.name for item in heavy})
-
-
-_HEAVY_LEFT = pytest.StashKey[list[str]]()
-
-
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    left = config.stash.get(_HEAVY_LEFT, [])
-    if left:
-        terminalreporter.write_line(
-            f"heavy tiers not run ({', '.join(left)}): {HEAVY_ENV}=1 bash scripts/test.sh "
-            "runs them (costs: docs/benchmarks.md)", yellow=True)
 
 
 def checkout_copy(dest: Path, *, wheels_from: Path = ROOT) -> Path:
@@ -153,28 +123,6 @@ def cpu_image(docker_engine, cpu_project: Path) -> dict[str, object]:  # type: i
         assert done.returncode == 0, f"stackpin {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     record = json.loads((cpu_project / "build" / "records" / f"{CPU_CELL}-stable.json").read_text())
     return dict(record)
-
-
-@pytest.fixture(scope="session")
-def cuda_images(docker_engine, cpu_project: Path) -> dict[str, dict[str, object]]:  # type: ignore[no-untyped-def]
-    """The CUDA cell's two images, built once a session through the real CLI in
-    ``cpu_project``: the locked wheels fetched (the machine-wide wheel cache re-hashes and
-    links what an earlier run downloaded), then ``build --variant all --builder buildkit``
-    on the default engine: the one-stage Dockerfile (wheels bind-mounted, the environment
-    written once), the enhanced build reusing every layer below the attention layer, each
-    image normalised as on any engine before 26. Needs no GPU and no Docker 28 engine:
-    what needs a card is checked with --no-devices and must say "unsupported".
-
-    Returns each variant's build record. A warm build reuses every layer and the
-    normalisation cache, so a second session costs seconds.
-    """
-    for args in (("wheels", "fetch", CUDA_CELL),
-                 ("build", CUDA_CELL, "--variant", "all", "--builder", "buildkit")):
-        done = stackpin_cli(*args, cwd=cpu_project)
-        assert done.returncode == 0, f"stackpin {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
-    records = cpu_project / "build" / "records"
-    return {variant: dict(json.loads((records / f"{CUDA_CELL}-{variant}.json").read_text()))
-            for variant in ("stable", "enhanced")}
 
 
 def pin_fake_installer(root: Path, data: bytes = b"the pinned installer wheel") -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import stackpin_cli
+from tests.integration.leftovers import remove_test_images
 from tests.integration.rehearsal_builds import RehearsalBuilds
 
 from stackpin.bootstrap import BootstrapRequest, bootstrap_image, bootstrap_request
@@ -49,6 +50,11 @@ def docker_engine() -> Iterator[DockerEngine]:
     except StackpinError as exc:
         _unavailable(exc.message)
     with engine:
+        # Before this session tags anything: what a killed run left (tests/integration/
+        # leftovers.py says why the next run of that commit would fail on it).
+        left = remove_test_images()
+        if left:
+            print(f"removed {len(left)} test images an earlier run left: {' '.join(left)}")
         yield engine
 
 

@@ -7,6 +7,7 @@ the host's default-route address; one published on 127.0.0.1 answers on neither.
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import time
@@ -66,3 +67,26 @@ def published_everywhere_answers(image: str, port: int, name: str) -> list[str]:
         return []
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+
+
+def netns(engine_name: str) -> list[str]:
+    """The command prefix that runs a program in a matrix engine's network namespace.
+
+    Each engine of scripts/setup-engines.sh lives in its own namespace: its published
+    127.0.0.1 ports are that namespace's loopback, as on a host whose only engine it is.
+    The engine's socket is a file, reachable from any namespace; the namespace has no route
+    out, so what needs the network (fetching wheels, bootstrapping a base) runs outside it.
+    """
+    return ["nsenter", f"--net=/run/netns/stackpin-{engine_name}"]
+
+
+def get_json_in_netns(engine_name: str, url: str) -> dict[str, object]:
+    """GET ``url`` from inside the engine's network namespace and parse the JSON answer."""
+    done = subprocess.run(
+        [*netns(engine_name), "python3", "-c",
+         "import sys, urllib.request; "
+         "print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())", url],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    answer: dict[str, object] = json.loads(done.stdout)
+    return answer

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.conftest import matrix_hosts
-from tests.integration.loopback import free_port
+from tests.integration.loopback import free_port, get_json_in_netns, netns
 from tests.tools import missing
 
 from stackpin.engine.docker_api import DockerEngine
@@ -52,16 +52,9 @@ def site_engine(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Dock
         yield name, host, engine
 
 
-def _netns(engine_name: str) -> list[str]:
-    # Each extra engine lives in its own network namespace (its published 127.0.0.1 ports
-    # are that namespace's loopback); the site scripts run there, as on a host whose only
-    # engine it is. The engine's socket is a file, reachable from any namespace.
-    return ["nsenter", f"--net=/run/netns/stackpin-{engine_name}"]
-
-
 def _script(engine_name: str, bundle: Path, name: str, *args: str,
             env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*_netns(engine_name), "bash", str(bundle / "bin" / name), *args],
+    return subprocess.run([*netns(engine_name), "bash", str(bundle / "bin" / name), *args],
                           capture_output=True, text=True, timeout=1800,
                           env={**os.environ, **env})
 
@@ -69,18 +62,6 @@ def _script(engine_name: str, bundle: Path, name: str, *args: str,
 def _docker(host: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "DOCKER_HOST": host})
-
-
-def _in_engine_network(engine_name: str, url: str) -> dict[str, object]:
-    """GET ``url`` from inside the engine's network namespace, where its loopback lives."""
-    done = subprocess.run(
-        [*_netns(engine_name), "python3", "-c",
-         "import sys, urllib.request; "
-         "print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())", url],
-        capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    answer: dict[str, object] = json.loads(done.stdout)
-    return answer
 
 
 def _remove_bundle_images(engine: DockerEngine, manifest: dict[str, object]) -> None:
@@ -131,7 +112,7 @@ def test_the_cpu_bundle_loads_verifies_starts_and_stops_on_each_engine(
         assert state["State"]["Health"]["Status"] == "healthy"
         assert state["HostConfig"]["PortBindings"] == {
             "8888/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}
-        health = _in_engine_network(name, f"http://127.0.0.1:{port}/api/health")
+        health = get_json_in_netns(name, f"http://127.0.0.1:{port}/api/health")
         assert (health["status"], health["service"]) == ("healthy", "Unsloth UI Backend")
 
         done = _script(name, bundle, "stop.sh", "stable", env=env)

@@ -1,7 +1,11 @@
 """The CUDA cell's two images, built in CI on a host with no GPU (issue 20).
 
-Both variants come from one session build (``cuda_images``: BuildKit's one-stage
-Dockerfile through buildx on the default engine). On this host: the build guard passed
+Both variants come from one build (``cuda_images``: BuildKit's one-stage Dockerfile) on the
+matrix's Docker 28 engine with the classic store, whose BuildKit writes reproducible
+timestamps itself: on Docker 20.10 the two 6.5 GB images would be normalised afterwards,
+which took 5428 s for stable alone (docs/benchmarks.md), where this whole module costs
+minutes. Without that engine (README command 1 sets up only the default one) the module
+skips, and fails under CI=true, where scripts/setup-host.sh --engines runs. On this host: the build guard passed
 (the build would have failed) and passes again inside each image, and fails when told
 another torch; L0 passes inside each image; what needs a card (L0.backend, L0.devices, the
 kernel levels L1-L7) says "unsupported: no device" and never passes; the images hold what
@@ -12,6 +16,7 @@ attention layer.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -23,7 +28,9 @@ import pytest
 import testinfra
 from packaging.utils import canonicalize_name
 from tests.conftest import CUDA_CELL, ROOT, stackpin_cli
-from tests.tools import default_sigint
+from tests.integration.conftest import matrix_hosts
+from tests.integration.loopback import get_json_in_netns, netns
+from tests.tools import default_sigint, in_ci, missing
 
 from stackpin.engine import RunRequest
 from stackpin.engine.docker_api import DockerEngine
@@ -32,10 +39,9 @@ from stackpin.lock import read_lock
 from stackpin.matrixfile import load_cells
 from stackpin.normalize import SDE_LABEL
 
-sys.path.insert(0, str(ROOT / "verify"))
-from stackpin_verify.studio_api import Studio
+pytestmark = pytest.mark.docker
 
-pytestmark = [pytest.mark.docker, pytest.mark.heavy]
+ENGINE = "docker28-classic"
 
 VARIANTS = ("stable", "enhanced")
 UNSUPPORTED = "unsupported: no device"
@@ -54,9 +60,50 @@ def variant_pins(variant: str) -> dict[str, str]:
     return {w.name: w.version for w in lock.installed() if w.group not in skip}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def cuda_engine() -> Iterator[DockerEngine]:
+    """The Docker 28 classic-store engine, made every command's engine for this module."""
+    host = dict(matrix_hosts()).get(ENGINE)
+    if not host:
+        missing(f"no {ENGINE} engine in the matrix (the CUDA images build there): run "
+                "bash scripts/setup-host.sh --engines and export STACKPIN_ENGINES="
+                '"$(bash scripts/setup-engines.sh --print-hosts)"')
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DOCKER_HOST", host)  # the CLI runs, `docker` and testinfra use it
+        with DockerEngine.connect(environ={**os.environ, "DOCKER_HOST": host}) as engine:
+            yield engine
+            if in_ci():
+                # About 14 GB of images and as much build cache: a CI machine gives them
+                # back before the tiers after this one (a developer keeps them warm).
+                subprocess.run(["docker", "image", "prune", "-af", "--filter",
+                                f"label=io.stackpin.cell={CUDA_CELL}"], capture_output=True)
+                subprocess.run(["docker", "builder", "prune", "-af"], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def cuda_images(cuda_engine: DockerEngine, cpu_project: Path) -> dict[str, dict[str, object]]:
+    """The CUDA cell's two images, built once through the real CLI in ``cpu_project``: the
+    locked wheels fetched (the machine-wide wheel cache re-hashes and links what an earlier
+    run downloaded), then ``build --variant all --builder buildkit``: the one-stage
+    Dockerfile (wheels bind-mounted, the environment written once), the enhanced build
+    reusing every layer below the attention layer. Needs no GPU: what needs a card is
+    checked with --no-devices and must say "unsupported".
+
+    Returns each variant's build record. A warm build reuses every layer, so a second
+    session costs seconds.
+    """
+    for args in (("wheels", "fetch", CUDA_CELL),
+                 ("build", CUDA_CELL, "--variant", "all", "--builder", "buildkit")):
+        done = stackpin_cli(*args, cwd=cpu_project)
+        assert done.returncode == 0, f"stackpin {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    records = cpu_project / "build" / "records"
+    return {variant: dict(json.loads((records / f"{CUDA_CELL}-{variant}.json").read_text()))
+            for variant in ("stable", "enhanced")}
+
+
 def test_both_variants_are_buildkit_builds_sharing_every_layer_below_attention(
-        cuda_images, docker_engine: DockerEngine):
-    stable, enhanced = (docker_engine.image_info(str(cuda_images[v]["image_id"]))
+        cuda_images, cuda_engine: DockerEngine):
+    stable, enhanced = (cuda_engine.image_info(str(cuda_images[v]["image_id"]))
                         for v in VARIANTS)
     assert stable is not None and enhanced is not None
     for variant in VARIANTS:
@@ -70,7 +117,7 @@ def test_both_variants_are_buildkit_builds_sharing_every_layer_below_attention(
     for info in (stable, enhanced):
         epoch = int(info.labels[SDE_LABEL])
         assert info.created == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-    base = docker_engine.image_info(str(cuda_images["stable"]["base_id"]))
+    base = cuda_engine.image_info(str(cuda_images["stable"]["base_id"]))
     assert base is not None
     shared = 0
     while stable.diff_ids[shared] == enhanced.diff_ids[shared]:
@@ -114,12 +161,12 @@ def test_l0_passes_in_each_image_and_what_needs_a_card_is_unsupported(cuda_image
 
 @pytest.fixture(scope="module", params=VARIANTS)
 def host(request: pytest.FixtureRequest, cuda_images,
-         docker_engine: DockerEngine) -> Iterator[tuple[str, testinfra.host.Host]]:
+         cuda_engine: DockerEngine) -> Iterator[tuple[str, testinfra.host.Host]]:
     variant = str(request.param)
     image = str(cuda_images[variant]["image_id"])
     run = RunRequest(image=image, entrypoint=("sleep",), command=("infinity",),
                      network_mode="none")
-    with docker_engine.container(run) as running:
+    with cuda_engine.container(run) as running:
         yield variant, testinfra.get_host(f"docker://{running.name}")
 
 
@@ -161,9 +208,9 @@ def test_the_build_guard_passes_in_the_image_and_refuses_another_torch(host):
     assert "cu128" in wrong.stdout + wrong.stderr
 
 
-def test_labels_name_the_cell_variant_and_lock(cuda_images, docker_engine: DockerEngine):
+def test_labels_name_the_cell_variant_and_lock(cuda_images, cuda_engine: DockerEngine):
     for variant in VARIANTS:
-        info = docker_engine.image_info(str(cuda_images[variant]["image_id"]))
+        info = cuda_engine.image_info(str(cuda_images[variant]["image_id"]))
         assert info is not None
         assert info.labels["io.stackpin.cell"] == CUDA_CELL
         assert info.labels["io.stackpin.variant"] == variant
@@ -186,8 +233,8 @@ def test_images_lists_both_with_their_overhead(cuda_images, cpu_project: Path):
 
 def _serve(cpu_project: Path, variant: str, models: Path, state: Path,
            *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "stackpin.cli.main", "serve", CUDA_CELL, "--variant", variant,
+    return subprocess.Popen(  # in the engine's namespace: its 127.0.0.1 ports are there
+        [*netns(ENGINE), sys.executable, "-m", "stackpin.cli.main", "serve", CUDA_CELL, "--variant", variant,
          "--models", str(models), "--state", str(state), "--json", *extra],
         cwd=cpu_project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=default_sigint)
@@ -216,7 +263,7 @@ def test_both_variants_serve_studio_on_their_ports_without_devices(cuda_images, 
             served = json.loads(line)
             port = {"stable": 18888, "enhanced": 18887}[variant]
             assert (served["port"], served["devices"]) == (port, False)
-            health = Studio(f"http://127.0.0.1:{port}").health()
+            health = get_json_in_netns(ENGINE, f"http://127.0.0.1:{port}/api/health")
             assert (health["status"], health["service"]) == ("healthy", "Unsloth UI Backend")
             config = _inspect(str(served["container"]))
             host, env = config["HostConfig"], config["Config"]["Env"]  # type: ignore[index]
@@ -256,8 +303,10 @@ def test_serve_with_the_device_flags_on_a_host_without_a_card_fails_and_says_so(
 def test_l8_studio_starts_logs_in_and_chats_in_the_stable_image(cuda_images, cpu_project):
     """L8 where it can run on this host: Studio inside the image, on the CPU fallback the
     run without devices selects, logs in, is forced to change the password, chats once."""
-    done = stackpin_cli("verify", CUDA_CELL, "--variant", "stable", "--levels", "8",
-                        "--no-devices", cwd=cpu_project)
+    done = subprocess.run(  # L8 talks to Studio on the engine's loopback
+        [*netns(ENGINE), sys.executable, "-m", "stackpin.cli.main", "verify", CUDA_CELL,
+         "--variant", "stable", "--levels", "8", "--no-devices"],
+        cwd=cpu_project, capture_output=True, text=True, timeout=1800, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     report = json.loads((cpu_project / "build" / "reports" / f"{CUDA_CELL}-stable"
                          / "report.json").read_text())

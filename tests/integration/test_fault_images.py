@@ -131,7 +131,9 @@ class FaultImages:
         return self.built[fault]
 
 
-@pytest.fixture(scope="session")
+# Module scope: a fault image is a child of the CPU image, which no later module could remove
+# while one is left (tests/integration/leftovers.py).
+@pytest.fixture(scope="module")
 def fault_images(
     cpu_image: dict[str, object],
     docker_engine: DockerEngine,
