@@ -11,6 +11,7 @@ far, so a test sees exactly how much a second push re-sent. Runs until killed.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import sys
 import threading
@@ -31,9 +32,17 @@ class Meter:
     def take(self, size: int) -> None:
         with self.lock:
             self.sent += size
-            self.count_file.write_text(f"{self.sent}\n")
+            write_count(self.count_file, self.sent)
             due = self.started + self.sent / self.rate
         time.sleep(max(0.0, due - time.monotonic()))
+
+
+def write_count(path: Path, sent: int) -> None:
+    # Whole or not at all: write_text truncates first, and a test reading between the
+    # truncation and the write saw an empty file (CI, 2026-12-05). A rename is atomic.
+    part = path.with_name(path.name + ".part")
+    part.write_text(f"{sent}\n")
+    os.replace(part, path)
 
 
 def pipe(source: socket.socket, sink: socket.socket, meter: Meter | None) -> None:
@@ -54,7 +63,7 @@ def main() -> None:
     listen, target, rate, count_file = (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
                                         Path(sys.argv[4]))
     meter = Meter(rate, count_file)
-    count_file.write_text("0\n")
+    write_count(count_file, 0)
     server = socket.create_server(("127.0.0.1", listen))
     while True:
         client, _ = server.accept()
