@@ -5,12 +5,12 @@ matrix's Docker 28 engine with the classic store, whose BuildKit writes reproduc
 timestamps itself: on Docker 20.10 the two 6.5 GB images would be normalised afterwards,
 which took 5428 s for stable alone (docs/benchmarks.md), where this whole module costs
 minutes. Without that engine (README command 1 sets up only the default one) the module
-skips, and fails under CI=true, where scripts/setup-host.sh --engines runs. On this host: the build guard passed
-(the build would have failed) and passes again inside each image, and fails when told
-another torch; L0 passes inside each image; what needs a card (L0.backend, L0.devices, the
-kernel levels L1-L7) says "unsupported: no device" and never passes; the images hold what
-the lock says and nothing else (structure tests); the two share every layer below the
-attention layer.
+skips, and fails under CI=true, where scripts/setup-host.sh --engines runs. On this host:
+the build guard passed (the build would have failed) and passes again inside each image,
+and fails when told another torch; L0 passes inside each image; what needs a card
+(L0.backend, L0.devices, the kernel levels L1-L7) says "unsupported: no device" and never
+passes; the images hold what the lock says and nothing else (structure tests); the two share
+every layer below the attention layer.
 """
 
 from __future__ import annotations
@@ -73,8 +73,9 @@ def cuda_engine() -> Iterator[DockerEngine]:
         with DockerEngine.connect(environ={**os.environ, "DOCKER_HOST": host}) as engine:
             yield engine
             if in_ci():
-                # About 14 GB of images and as much build cache: a CI machine gives them
-                # back before the tiers after this one (a developer keeps them warm).
+                # About 7 GB of images (the two share all but the attention layer) and the
+                # build cache: a CI machine gives them back before the tiers after this one
+                # (a developer keeps them warm).
                 subprocess.run(["docker", "image", "prune", "-af", "--filter",
                                 f"label=io.stackpin.cell={CUDA_CELL}"], capture_output=True)
                 subprocess.run(["docker", "builder", "prune", "-af"], capture_output=True)
