@@ -11,32 +11,25 @@ else is.
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 TEST_PREFIX = "stackpin-test"
 
 
-def _docker(*args: str, host: str | None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **({"DOCKER_HOST": host} if host else {})}
-    return subprocess.run(["docker", *args], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
+def _docker(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=300,
+                          check=False)
 
 
-def tagged_references(prefix: str = TEST_PREFIX, *, host: str | None = None) -> list[str]:
-    """Every ``repository:tag`` on the engine whose repository starts with ``prefix``."""
-    listed = _docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", host=host)
+def remove_test_images(prefix: str = TEST_PREFIX) -> list[str]:
+    """Remove, from the engine DOCKER_HOST names, every image tagged ``prefix...`` and the
+    containers made from it; returns those ``repository:tag`` references."""
+    listed = _docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}")
     assert listed.returncode == 0, listed.stderr
-    return sorted(ref for ref in listed.stdout.split() if ref.startswith(prefix))
-
-
-def remove_test_images(prefix: str = TEST_PREFIX, *, host: str | None = None) -> list[str]:
-    """Remove the containers and images of earlier runs' test tags; returns the tags."""
-    refs = tagged_references(prefix, host=host)
+    refs = sorted(ref for ref in listed.stdout.split() if ref.startswith(prefix))
     for ref in refs:
-        containers = _docker("ps", "--all", "--quiet", "--filter", f"ancestor={ref}",
-                             host=host).stdout.split()
+        containers = _docker("ps", "--all", "--quiet", "--filter", f"ancestor={ref}").stdout.split()
         if containers:
-            _docker("rm", "--force", *containers, host=host)
-        _docker("rmi", "--force", ref, host=host)
+            _docker("rm", "--force", *containers)
+        _docker("rmi", "--force", ref)
     return refs

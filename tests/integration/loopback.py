@@ -70,12 +70,14 @@ def published_everywhere_answers(image: str, port: int, name: str) -> list[str]:
 
 
 def netns(engine_name: str) -> list[str]:
-    """The command prefix that runs a program in a matrix engine's network namespace.
+    """The command prefix that runs a program in an engine's network namespace.
 
-    Each engine of scripts/setup-engines.sh lives in its own namespace: its published
-    127.0.0.1 ports are that namespace's loopback, as on a host whose only engine it is.
-    The engine's socket is a file, reachable from any namespace; the namespace has no route
-    out, so what needs the network (fetching wheels, bootstrapping a base) runs outside it.
+    Each engine beside the default one lives in its own namespace, /run/netns/stackpin-NAME
+    (the matrix engines of scripts/setup-engines.sh, Podman's made by its test): its
+    published 127.0.0.1 ports are that namespace's loopback, as on a host whose only engine
+    it is. The engine's socket is a file, reachable from any namespace; the namespace has no
+    route out, so what needs the network (fetching wheels, bootstrapping a base) runs
+    outside it.
     """
     return ["nsenter", f"--net=/run/netns/stackpin-{engine_name}"]
 

@@ -22,12 +22,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.integration.loopback import free_port
+from tests.integration.loopback import free_port, get_json_in_netns, netns
 from tests.tools import missing, need_tool
 
 pytestmark = pytest.mark.docker
 
-NETNS = "stackpin-podman"
+ENGINE = "podman"  # its network namespace: stackpin-podman (loopback.netns)
+NETNS = f"stackpin-{ENGINE}"
 CONTAINER = "stackpin_site_stable"
 
 
@@ -66,8 +67,7 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory,
         missing("the rootful Podman site needs root (network namespace, rootful storage)")
     if not Path(f"/run/netns/{NETNS}").exists():
         subprocess.run(["ip", "netns", "add", NETNS], check=True)
-    subprocess.run(["nsenter", f"--net=/run/netns/{NETNS}", "ip", "link", "set", "lo", "up"],
-                   check=True)
+    subprocess.run([*netns(ENGINE), "ip", "link", "set", "lo", "up"], check=True)
     # A three-file image (true and the libc it needs) to probe the rlimits with: the CPU
     # base would do, but costs a load.
     folder = tmp_path_factory.mktemp("podman")
@@ -87,8 +87,7 @@ def podman_env(tmp_path_factory: pytest.TempPathFactory,
 
 def _script(bundle: Path, name: str, *args: str, env: dict[str, str],
             ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["nsenter", f"--net=/run/netns/{NETNS}", "bash",
-                           str(bundle / "bin" / name), *args],
+    return subprocess.run([*netns(ENGINE), "bash", str(bundle / "bin" / name), *args],
                           capture_output=True, text=True, timeout=1800, env=env)
 
 
@@ -136,12 +135,8 @@ def test_the_cpu_bundle_runs_under_podman(podman_env: dict[str, str],
         assert done.returncode == 0, done.stdout + done.stderr
         state = json.loads(_podman("container", "inspect", CONTAINER, env=env).stdout)[0]
         assert state["State"]["Health"]["Status"] == "healthy"
-        health = subprocess.run(
-            ["nsenter", f"--net=/run/netns/{NETNS}", "python3", "-c",
-             "import sys, urllib.request; "
-             "print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())",
-             f"http://127.0.0.1:{port}/api/health"], capture_output=True, text=True, timeout=60)
-        assert json.loads(health.stdout)["status"] == "healthy", health.stderr
+        health = get_json_in_netns(ENGINE, f"http://127.0.0.1:{port}/api/health")
+        assert health["status"] == "healthy", health
         again = _script(bundle, "start.sh", "stable", env={**env, "STACKPIN_PORT": str(port),
                                                            "STACKPIN_MODELS_DIR": str(tiny_models)})
         assert again.returncode == 8 and "already running" in again.stderr

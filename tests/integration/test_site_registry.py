@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import CPU_CELL, stackpin_cli
 from tests.integration.conftest import matrix_hosts
-from tests.integration.loopback import free_port
+from tests.integration.loopback import free_port, netns
 from tests.integration.test_engine_matrix import _rewrite
 from tests.tools import missing, need_docker_plugin, need_tool
 
@@ -75,7 +75,7 @@ class Site:
     engine: DockerEngine
 
     def netns(self) -> list[str]:
-        return ["nsenter", f"--net=/run/netns/stackpin-{self.name}"]
+        return netns(self.name)
 
 
 def _sites() -> dict[str, str]:

@@ -11,12 +11,13 @@ far, so a test sees exactly how much a second push re-sent. Runs until killed.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import sys
 import threading
 import time
 from pathlib import Path
+
+from stackpin.lock import write_text_atomic
 
 CHUNK = 64 << 10
 
@@ -32,17 +33,11 @@ class Meter:
     def take(self, size: int) -> None:
         with self.lock:
             self.sent += size
-            write_count(self.count_file, self.sent)
+            # Whole or not at all: write_text truncates first, and a test reading between the
+            # truncation and the write saw an empty file (a local .ci/run, 2026-12-05).
+            write_text_atomic(self.count_file, f"{self.sent}\n")
             due = self.started + self.sent / self.rate
         time.sleep(max(0.0, due - time.monotonic()))
-
-
-def write_count(path: Path, sent: int) -> None:
-    # Whole or not at all: write_text truncates first, and a test reading between the
-    # truncation and the write saw an empty file (CI, 2026-12-05). A rename is atomic.
-    part = path.with_name(path.name + ".part")
-    part.write_text(f"{sent}\n")
-    os.replace(part, path)
 
 
 def pipe(source: socket.socket, sink: socket.socket, meter: Meter | None) -> None:
@@ -63,7 +58,7 @@ def main() -> None:
     listen, target, rate, count_file = (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
                                         Path(sys.argv[4]))
     meter = Meter(rate, count_file)
-    write_count(count_file, 0)
+    write_text_atomic(count_file, "0\n")
     server = socket.create_server(("127.0.0.1", listen))
     while True:
         client, _ = server.accept()
