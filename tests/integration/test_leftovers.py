@@ -47,8 +47,12 @@ def test_a_left_child_keeps_its_parent_until_the_leftovers_go(docker_engine: Doc
     theirs = _docker("import", "-", theirs_ref, stdin=_rootfs()).stdout.decode().strip()
     (tmp_path / "Dockerfile").write_text(f"FROM {parent_ref}\nCOPY Dockerfile /child\n")
     built = _docker("build", "-q", "-t", child_ref, str(tmp_path))
+    container = f"stackpin-leftover-{token}"
     try:
         assert built.returncode == 0, built.stderr.decode()
+        # A killed run's container of the test image goes with it.
+        made = _docker("create", "--name", container, child_ref, "/marker")
+        assert made.returncode == 0, made.stderr.decode()
         # What CI met: with a child left, removing the parent's only tag just untags it.
         assert _docker("rmi", parent_ref).returncode == 0
         info = docker_engine.image_info(parent)
@@ -57,11 +61,13 @@ def test_a_left_child_keeps_its_parent_until_the_leftovers_go(docker_engine: Doc
 
         assert remove_test_images(prefix) == [child_ref]
         assert docker_engine.image_info(child_ref) is None
+        assert _docker("container", "inspect", container).returncode != 0
         assert docker_engine.image_info(parent_ref) is not None  # tagged: only its child went
         assert docker_engine.image_info(theirs_ref) is not None  # not a test's: it stays
         done = _docker("rmi", parent_ref)
         assert done.returncode == 0, done.stderr.decode()
         assert docker_engine.image_info(parent) is None  # now removing its tag removes it
     finally:
+        _docker("rm", "--force", container)
         for ref in (child_ref, parent, theirs):
             _docker("rmi", "--force", ref)
