@@ -250,11 +250,21 @@ def _report_items(report: Mapping[str, Any]) -> list[_Item]:
     for entry in report.get("install", []):
         meta = entry["metadata"]
         info = entry.get("download_info", {})
-        hashes = info.get("archive_info", {}).get("hashes", {})
         items.append(_Item(name=canon(meta["name"]), version=meta["version"],
                            requires=tuple(meta.get("requires_dist", ())),
-                           url=info.get("url", ""), sha256=hashes.get("sha256", "")))
+                           url=info.get("url", ""), sha256=_report_sha256(info)))
     return items
+
+
+def _report_sha256(download_info: Mapping[str, Any]) -> str:
+    """The sha256 pip recorded: ``archive_info.hashes`` (pip >= 23.1 for every link) or
+    the legacy single ``hash`` ("sha256=..."), all that pip 23.0 (Debian 12's venv) writes
+    for a find-links file."""
+    archive = download_info.get("archive_info", {})
+    if sha256 := archive.get("hashes", {}).get("sha256", ""):
+        return str(sha256)
+    algorithm, _, value = str(archive.get("hash", "")).partition("=")
+    return value if algorithm == "sha256" else ""
 
 
 def _requirements(cell: Cell, pinned: Mapping[str, str], rewritten: Mapping[str, _Item],

@@ -128,6 +128,33 @@ def test_lock_records_provenance_and_the_vendor_file_to_pin():
     assert data["excluded"] == {"idna": "test: never installed here"}
 
 
+class Pip230Replay(Replay):
+    """The same reports as pip 23.0 (Debian 12's venv) writes them for find-links files:
+    the legacy ``archive_info.hash`` alone, no ``hashes``."""
+
+    def __call__(self, argv: list[str], on_line: Callable[[str], None]) -> int:
+        code = super().__call__(argv, on_line)
+        report = Path(argv[argv.index("--report") + 1])
+        data = json.loads(report.read_text())
+        for entry in data.get("install", []):
+            archive = entry.get("download_info", {}).get("archive_info", {})
+            if "hashes" in archive:
+                archive["hash"] = f"sha256={archive.pop('hashes')['sha256']}"
+        report.write_text(json.dumps(data))
+        return code
+
+
+def test_pip_230s_single_hash_field_gives_the_same_lock_hashes():
+    cell = CELLS["dropped-transitive"]
+    current, _ = resolve("dropped-transitive")
+    legacy = resolve_cell(cell, Pip(runner=Pip230Replay("dropped-transitive")), use_cache=False)
+    hashes = {w.name: w.sha256 for w in lock_from_resolution(
+        cell, current, base_reference="x").wheels}
+    assert any(hashes.values())
+    assert {w.name: w.sha256 for w in lock_from_resolution(
+        cell, legacy, base_reference="x").wheels} == hashes
+
+
 def test_a_conflicted_resolution_cannot_become_a_lock():
     cell = CELLS["excluded-transitive"]
     result, _ = resolve("excluded-transitive")
