@@ -23,7 +23,7 @@ from stackpin.engine.save_format import read_save
 from stackpin.errors import HostEnvironmentError
 from stackpin.matrix import Variant
 from stackpin.normalize import NormalizeRequest, normalize_image
-from stackpin.primitives import hash_stream
+from stackpin.primitives import hash_stream, read_tar_stream
 
 Kind = Literal["content", "mtime", "mode", "owner", "only_in_existing", "only_in_rebuilt"]
 _TYPES = {
@@ -68,7 +68,7 @@ def member_summary(info: tarfile.TarInfo, data: IO[bytes] | None) -> MemberSumma
 def summarize_layer(stream: IO[bytes]) -> dict[str, MemberSummary]:
     """Every member of a layer tar read front to back (a stream is enough)."""
     found: dict[str, MemberSummary] = {}
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
+    with read_tar_stream(stream) as tar:
         for info in tar:
             data = tar.extractfile(info) if info.isfile() else None
             found[info.name.removeprefix("./")] = member_summary(info, data)

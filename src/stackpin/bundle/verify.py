@@ -40,7 +40,7 @@ from stackpin.bundle.format import (
 )
 from stackpin.errors import BundleError
 from stackpin.meter import NO_METER, Meter, MeteredReader
-from stackpin.primitives import CHUNK, hash_stream
+from stackpin.primitives import CHUNK, hash_stream, read_tar_stream
 from stackpin.signing import SIGNATURE_BYTES
 from stackpin.untrusted import parse_json, read_bounded, shown
 
@@ -241,7 +241,7 @@ def tarfile_error(message: str) -> tarfile.HeaderError:
 
 def open_stream(handle: IO[bytes]) -> tarfile.TarFile:
     """A stream-mode tar reader with capped headers."""
-    return tarfile.open(fileobj=handle, mode="r|", tarinfo=BoundedTarInfo)
+    return read_tar_stream(handle, tarinfo=BoundedTarInfo)
 
 
 class _ArchiveScan:

@@ -37,6 +37,7 @@ from stackpin.errors import HostEnvironmentError
 from stackpin.primitives import (
     CHUNK,
     HashingReader,
+    read_tar_stream,
     tar_end,
     tar_header,
     tar_member,
@@ -134,7 +135,7 @@ def read_save(stream: IO[bytes], on_layer: Callable[[IO[bytes]], T]) -> SaveCont
     layers: dict[str, SavedLayer[T]] = {}
     links: dict[str, str] = {}
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        with read_tar_stream(stream) as tar:
             for member in tar:
                 if member.issym():
                     parent = posixpath.dirname(member.name)
@@ -270,11 +271,13 @@ def image_layout(
     *,
     tags: Sequence[str] = (),
     mtime: int = 0,
+    omit: frozenset[str] = frozenset(),
 ) -> ImageLayout:
     """The layout of one image whose layers are (diff_id, tar file) (see ``write_layout``)."""
     files = [Layer(diff_id=diff_id, size=path.stat().st_size, path=path)
              for diff_id, path in layers]
-    return write_layout([LayoutImage(config=config, layers=files, tags=tags)], mtime=mtime)
+    return write_layout([LayoutImage(config=config, layers=files, tags=tags)], mtime=mtime,
+                        omit=omit)
 
 
 def write_layout(images: Sequence[LayoutImage], *, mtime: int = 0,
