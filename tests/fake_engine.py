@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from stackpin.bundle.delta import chain_ids
 from stackpin.engine import (
     BuildRequest,
     BuildResult,
@@ -116,6 +117,7 @@ class FakeEngine:
     reverse_manifest: bool = False  # save lists images in the other order
     saved: list[SaveRequest] = field(default_factory=list)
     loaded: list[bytes] = field(default_factory=list)
+    layers_not_sent: list[str] = field(default_factory=list)  # chains a load took as held
     runs: list[RunRequest] = field(default_factory=list)
     builds: list[BuildRequest] = field(default_factory=list)
     pulled: list[str] = field(default_factory=list)
@@ -285,7 +287,8 @@ class FakeEngine:
         references: list[str] = []
         image_ids: list[str] = []
         for entry in entries:
-            config, layers = files[entry["Config"]], [files[n] for n in entry["Layers"]]
+            config = files[entry["Config"]]
+            layers = self._layers_of(files, entry["Layers"], json.loads(config))
             manifest, blobs = b"", None
             if self.kind == "containerd":
                 manifest = _manifest_of(files, digest(config))
@@ -302,6 +305,30 @@ class FakeEngine:
             references.extend(tags or (image_id,))
             image_ids.append(image_id)
         return LoadResult(references=tuple(references), image_ids=tuple(image_ids))
+
+
+    def _layers_of(self, files: dict[str, bytes], names: list[str],
+                   config: dict[str, Any]) -> list[bytes]:
+        """The layer files; as the classic store's load, one the archive lacks is taken
+        from the store when its chain is held there (never read), else the load fails."""
+        held: dict[str, bytes] = {}
+        if self.kind != "containerd":
+            for stored in self.images.values():
+                for chain, layer in zip(chain_ids([digest(x) for x in stored.layers]),
+                                        stored.layers, strict=True):
+                    held[chain] = layer
+        chains = chain_ids(config["rootfs"]["diff_ids"])
+        layers = []
+        for name, chain in zip(names, chains, strict=True):
+            if name in files:
+                layers.append(files[name])
+            elif chain in held:
+                self.layers_not_sent.append(chain)
+                layers.append(held[chain])
+            else:
+                msg = f"the Docker daemon could not load the archive: no file {name}"
+                raise HostEnvironmentError(msg)
+        return layers
 
 
 def _manifest_of(files: dict[str, bytes], config_digest: str) -> bytes:

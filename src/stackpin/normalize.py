@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from stackpin.bundle.delta import chain_ids, omitted_blobs
 from stackpin.engine import Engine, SaveRequest, chunk_stream
 from stackpin.engine.save_format import ImageLayout, image_layout, read_save
 from stackpin.errors import BuildError
@@ -355,12 +356,14 @@ def normalize_image(
         config = normalize_config(
             saved.config, diff_ids=[o.diff_id for o in outcomes], source_date_epoch=epoch
         )
+        omit = _held_by_the_daemon(engine, saved, outcomes)
         layout = image_layout(config, list(zip(
             [o.diff_id for o in outcomes], files, strict=True
-        )))
+        )), omit=omit)
         image_id = _present_id(engine, layout)
         if not image_id:
-            on_line(f"normalize: loading {layout.config_digest[7:19]}")
+            on_line(f"normalize: loading {layout.config_digest[7:19]} "
+                    f"({len(set(files)) - len(omit)} layer(s) sent, {len(omit)} held)")
             loaded = engine.load(layout.chunks)
             image_id = next((i for i in loaded.image_ids if layout.is_image(i)), "")
             if not image_id:
@@ -376,6 +379,19 @@ def normalize_image(
     return NormalizeResult(image_id=image_id, source_image_id=source.id, tags=request.tags,
                            seconds=round(time.monotonic() - started, 2), reused=False,
                            layers=tuple(outcomes))
+
+
+def _held_by_the_daemon(engine: Engine, saved: SavedImage,
+                        outcomes: Sequence[LayerOutcome]) -> frozenset[str]:
+    """Layers the load need not carry: on the classic store ``docker load`` never reads a
+    layer whose chain the daemon holds, and the source image holds the chain of every
+    layer that came out as it went in with all layers below it (a base layer, or one
+    BuildKit's clamp already made normal). The containerd store wants every blob it does
+    not hold by digest, so there everything goes."""
+    if engine.version().store != "classic":
+        return frozenset()
+    source_chains = chain_ids([saved.layer_digests[path] for path in saved.layers])
+    return omitted_blobs([[o.diff_id for o in outcomes]], source_chains)
 
 
 def _present_id(engine: Engine, layout: ImageLayout) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from tests.fake_engine import FakeEngine
+from tests.fake_engine import FakeEngine, archive_members
 
 from stackpin.engine import chunk_stream
 from stackpin.engine.save_format import image_layout
@@ -370,6 +370,41 @@ def test_normalising_a_normal_image_changes_nothing(tmp_path: Path, kind: str):
                                                      keep_diff_ids=base_diff(base), work_dir=tmp_path))
     assert again.image_id == first.image_id
     assert {o.action for o in again.layers} == {"kept", "unchanged"}
+
+
+@pytest.mark.parametrize("kind", ENGINE_KINDS)
+def test_layers_that_came_out_as_they_went_in_are_not_sent_back(tmp_path: Path, kind: str):
+    # BuildKit's clamped steps write normal layers; only the config (build times) moves.
+    # The classic store's load never reads a layer whose chain it holds, so those stay
+    # home; the containerd store wants every blob it lacks by digest, so all travel.
+    engine = FakeEngine(kind=kind)
+    raw, base = built_image(engine, container="9" * 64, mtime=LATER)
+    first = normalize_image(engine, NormalizeRequest(
+        image=raw, tags=("t:1",), keep_diff_ids=base_diff(base), work_dir=tmp_path))
+    normal_layers = engine.images[first.image_id].layers
+    config = raw_config("2026-12-05T12:00:00Z", "8" * 64, "sha256:p")
+    config["config"]["Labels"]["io.stackpin.note"] = "another image"  # type: ignore[index]
+    clamped = engine.add(config, list(normal_layers))
+    engine.layers_not_sent.clear()
+    second = normalize_image(engine, NormalizeRequest(
+        image=clamped, tags=("t:2",), keep_diff_ids=base_diff(base), work_dir=tmp_path))
+    assert second.image_id != first.image_id
+    assert {o.action for o in second.layers} == {"kept", "unchanged"}
+    assert engine.images[second.image_id].layers == normal_layers
+    held = len(engine.layers_not_sent)
+    assert held == (0 if kind == "containerd" else len(normal_layers))
+    sent = archive_members(engine.loaded[-1])
+    assert sum(name.startswith("blobs/") for name in sent) == 2 + (
+        3 if kind == "containerd" else 0)  # config, manifest (+ the three distinct layers)
+
+
+def test_a_layer_below_a_rewritten_one_is_held_but_the_rest_travel(tmp_path: Path):
+    engine = FakeEngine(kind="classic")
+    raw, base = built_image(engine, container="7" * 64, mtime=LATER)
+    normalize_image(engine, NormalizeRequest(image=raw, tags=("t:1",),
+                                             keep_diff_ids=base_diff(base), work_dir=tmp_path))
+    assert len(engine.layers_not_sent) == 1  # the base; everything above it was rewritten
+    assert engine.layers_not_sent[0] == f"sha256:{hashlib.sha256(base).hexdigest()}"
 
 
 @pytest.mark.parametrize("kind", ENGINE_KINDS)
