@@ -1,11 +1,13 @@
 """pip aimed at a cell's target (CPython, ABI, glibc floor), never at the host, and the
 command seam: a ``Runner`` (argv, line callback) -> exit code that tests replace, as tox
-does with its executor."""
+does with its executor; and what pip's installation report says of a file's hash."""
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from stackpin.matrix import Cell
 
@@ -41,3 +43,32 @@ def subprocess_runner(argv: list[str], on_line: LineSink) -> int:
         for line in proc.stdout:
             on_line(line.rstrip("\n"))
         return proc.wait()
+
+
+def report_argv(cell: Cell, python: str, report: Path, target: Path,
+                requirements: Path, *, deps: bool) -> list[str]:
+    """pip's own resolver for the cell's CPython, ABI and platform; nothing installed."""
+    argv = [
+        # Not --quiet: pip's "The conflict is caused by" block is what conflicts quote.
+        python, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+        "--disable-pip-version-check", "--progress-bar", "off", "--only-binary=:all:",
+        "--report", str(report), "--target", str(target),
+        "--implementation", "cp", "--python-version", python_version(cell),
+        "--abi", cell.python, "--abi", "abi3", "--abi", "none",
+    ]
+    for tag in target_platforms(cell):
+        argv += ["--platform", tag]
+    if not deps:
+        argv.append("--no-deps")
+    return [*argv, "-r", str(requirements)]
+
+
+def report_sha256(download_info: Mapping[str, Any]) -> str:
+    """The sha256 pip recorded: ``archive_info.hashes`` (pip >= 23.1 for every link) or
+    the legacy single ``hash`` ("sha256=..."), all that pip 23.0 (Debian 12's venv) writes
+    for a find-links file."""
+    archive = download_info.get("archive_info", {})
+    if sha256 := archive.get("hashes", {}).get("sha256", ""):
+        return str(sha256)
+    algorithm, _, value = str(archive.get("hash", "")).partition("=")
+    return value if algorithm == "sha256" else ""

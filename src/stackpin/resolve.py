@@ -42,7 +42,7 @@ from stackpin.cache import cache_dir
 from stackpin.errors import ConfigurationError, HostEnvironmentError, ValidationError
 from stackpin.matrix import Cell, Provided
 from stackpin.matrixfile import cell_problems_of
-from stackpin.piptarget import LineSink, Runner, python_version, subprocess_runner, target_platforms
+from stackpin.piptarget import LineSink, Runner, report_argv, report_sha256, subprocess_runner
 
 # Bump when the resolution logic changes what a cached result means.
 RESOLVER_VERSION = 1
@@ -252,19 +252,8 @@ def _report_items(report: Mapping[str, Any]) -> list[_Item]:
         info = entry.get("download_info", {})
         items.append(_Item(name=canon(meta["name"]), version=meta["version"],
                            requires=tuple(meta.get("requires_dist", ())),
-                           url=info.get("url", ""), sha256=_report_sha256(info)))
+                           url=info.get("url", ""), sha256=report_sha256(info)))
     return items
-
-
-def _report_sha256(download_info: Mapping[str, Any]) -> str:
-    """The sha256 pip recorded: ``archive_info.hashes`` (pip >= 23.1 for every link) or
-    the legacy single ``hash`` ("sha256=..."), all that pip 23.0 (Debian 12's venv) writes
-    for a find-links file."""
-    archive = download_info.get("archive_info", {})
-    if sha256 := archive.get("hashes", {}).get("sha256", ""):
-        return str(sha256)
-    algorithm, _, value = str(archive.get("hash", "")).partition("=")
-    return value if algorithm == "sha256" else ""
 
 
 def _requirements(cell: Cell, pinned: Mapping[str, str], rewritten: Mapping[str, _Item],
@@ -327,24 +316,6 @@ def placeholder_wheel(folder: Path, name: str, version: str, requires: tuple[str
 def _urlsafe_digest(text: str) -> str:
     digest = hashlib.sha256(text.encode()).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-
-def report_argv(cell: Cell, python: str, report: Path, target: Path,
-                requirements: Path, *, deps: bool) -> list[str]:
-    """pip's own resolver for the cell's CPython, ABI and platform; nothing installed."""
-    argv = [
-        # Not --quiet: pip's "The conflict is caused by" block is what conflicts quote.
-        python, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-        "--disable-pip-version-check", "--progress-bar", "off", "--only-binary=:all:",
-        "--report", str(report), "--target", str(target),
-        "--implementation", "cp", "--python-version", python_version(cell),
-        "--abi", cell.python, "--abi", "abi3", "--abi", "none",
-    ]
-    for tag in target_platforms(cell):
-        argv += ["--platform", tag]
-    if not deps:
-        argv.append("--no-deps")
-    return [*argv, "-r", str(requirements)]
 
 
 def _run_report(cell: Cell, pip: Pip, work: Path, step: str, requirements: list[str],
