@@ -306,7 +306,6 @@ class FakeEngine:
             image_ids.append(image_id)
         return LoadResult(references=tuple(references), image_ids=tuple(image_ids))
 
-
     def _layers_of(self, files: dict[str, bytes], names: list[str],
                    config: dict[str, Any]) -> list[bytes]:
         """The layer files; as the classic store's load, one the archive lacks is taken

@@ -385,9 +385,9 @@ def _held_by_the_daemon(engine: Engine, saved: SavedImage,
                         outcomes: Sequence[LayerOutcome]) -> frozenset[str]:
     """Layers the load need not carry: on the classic store ``docker load`` never reads a
     layer whose chain the daemon holds, and the source image holds the chain of every
-    layer that came out as it went in with all layers below it (a base layer, or one
-    BuildKit's clamp already made normal). The containerd store wants every blob it does
-    not hold by digest, so there everything goes."""
+    layer that came out as it went in with all layers below it (the base's layers; any
+    other layer that was already normal too, though on 20.10 BuildKit's are not). The
+    containerd store wants every blob it does not hold by digest, so there all go."""
     if engine.version().store != "classic":
         return frozenset()
     source_chains = chain_ids([saved.layer_digests[path] for path in saved.layers])

@@ -374,7 +374,7 @@ def test_normalising_a_normal_image_changes_nothing(tmp_path: Path, kind: str):
 
 @pytest.mark.parametrize("kind", ENGINE_KINDS)
 def test_layers_that_came_out_as_they_went_in_are_not_sent_back(tmp_path: Path, kind: str):
-    # BuildKit's clamped steps write normal layers; only the config (build times) moves.
+    # An image whose layers are already normal and whose config alone moves.
     # The classic store's load never reads a layer whose chain it holds, so those stay
     # home; the containerd store wants every blob it lacks by digest, so all travel.
     engine = FakeEngine(kind=kind)
