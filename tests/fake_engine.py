@@ -43,9 +43,16 @@ from stackpin.engine import (
     RunResult,
     SaveRequest,
 )
-from stackpin.engine.types import EngineReport, engine_report
+from stackpin.engine.types import EngineReport, ImageRecord, engine_report, image_record_from
 from stackpin.errors import BuildError, HostEnvironmentError
 
+# The runtime fields the daemon's inspect lists for every image, set or not.
+ZERO_SETTINGS: dict[str, Any] = {
+    "Hostname": "", "Domainname": "", "User": "", "AttachStdin": False, "AttachStdout": False,
+    "AttachStderr": False, "Tty": False, "OpenStdin": False, "StdinOnce": False, "Env": None,
+    "Cmd": None, "Image": "", "Volumes": None, "WorkingDir": "", "Entrypoint": None,
+    "OnBuild": None, "Labels": None,
+}
 # What a build makes: (config, layers) for a request and the count of builds so far.
 Recipe = Callable[[BuildRequest, int], tuple[dict[str, Any], list[bytes]]]
 # What a container run does: its result (and whatever it writes into its mounts).
@@ -191,6 +198,25 @@ class FakeEngine:
             cmd=tuple(settings.get("Cmd") or ()), diff_ids=tuple(config["rootfs"]["diff_ids"]),
             architecture=str(config.get("architecture", "amd64")), os=str(config.get("os", "linux")),
         )
+
+    def image_record(self, reference: str) -> ImageRecord | None:
+        """As the daemon's inspect and history: every runtime field (zero ones too) and
+        each step's layer size, 0 for a step without one, newest first."""
+        image_id = self._resolve(reference)
+        if image_id is None:
+            return None
+        stored = self.images[image_id]
+        config = json.loads(stored.config)
+        inspect = {"Id": image_id, "Config": {**ZERO_SETTINGS, **(config.get("config") or {})},
+                   "Architecture": config.get("architecture", "amd64"),
+                   "Os": config.get("os", "linux"), "Author": config.get("author", ""),
+                   "RootFS": {"Type": "layers", "Layers": config["rootfs"]["diff_ids"]}}
+        sizes = iter(len(x) for x in stored.layers)
+        history = [{"Id": "<missing>", "Created": 0, "CreatedBy": h.get("created_by", ""),
+                    "Comment": h.get("comment", ""),
+                    "Size": 0 if h.get("empty_layer") else next(sizes, 0)}
+                   for h in config.get("history") or ()]
+        return image_record_from(inspect, list(reversed(history)))
 
     def list_images(self, label: str) -> list[ImageInfo]:
         key, _, value = label.partition("=")

@@ -228,6 +228,7 @@ def execute(
         normalized = normalize_image(engine, NormalizeRequest(
             image=result.image_id, tags=result.tags, keep_diff_ids=frozenset(base.diff_ids),
             work_dir=plan_.target.layout.tmp, cache_dir=cache_dir(),
+            layers_as_built=result.builder == "buildkit",
         ), on_line=on_line)
         image_id, normalize_seconds = normalized.image_id, normalized.seconds
         timestamps = "normalised"

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
-import itertools
 import json
 import os
 import shutil
@@ -40,8 +39,9 @@ from typing import IO, Any
 
 from stackpin.bundle.delta import chain_ids, omitted_blobs
 from stackpin.engine import Engine, SaveRequest, chunk_stream
-from stackpin.engine.save_format import ImageLayout, image_layout, read_save
+from stackpin.engine.save_format import ImageLayout, SavedImage, image_layout, unpack_save
 from stackpin.errors import BuildError
+from stackpin.normalize_record import normalize_config_only
 from stackpin.primitives import CHUNK, HashingWriter, canonical_bytes, pid_alive, rfc3339
 from stackpin.target import LABEL_SOURCE_DATE_EPOCH
 
@@ -230,9 +230,8 @@ def normalize_layer(source: IO[bytes], out: IO[bytes], *, source_date_epoch: int
 # --- the config (pure) ---------------------------------------------------------------
 
 
-def source_date_epoch_of(config: Mapping[str, Any], image: str) -> int:
+def source_date_epoch_of(labels: Mapping[str, str], image: str) -> int:
     """The SOURCE_DATE_EPOCH an image was built for, from its label."""
-    labels = (config.get("config") or {}).get("Labels") or {}
     value = str(labels.get(SDE_LABEL, ""))
     if not value.isdigit():
         msg = (
@@ -264,40 +263,6 @@ def normalize_config(
     return canonical_bytes(out)
 
 
-# --- docker save archives ------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class SavedImage:
-    """One image of a ``docker save`` stream unpacked into a folder: config + layer files."""
-
-    config: Mapping[str, Any]
-    layers: tuple[Path, ...]  # in config order; the same file may appear twice
-    layer_digests: Mapping[Path, str]
-
-
-def unpack_save(stream: IO[bytes], folder: Path) -> SavedImage:
-    """Spool a one-image ``docker save`` stream (either layout): layers to files, uncompressed."""
-    count = itertools.count()
-
-    def spool(data: IO[bytes]) -> Path:
-        path = folder / f"in-{next(count)}.tar"
-        with path.open("wb") as out:
-            shutil.copyfileobj(data, out, CHUNK)
-        return path
-
-    contents = read_save(stream, spool)
-    if len(contents.entries) != 1:
-        msg = f"docker save gave {len(contents.entries)} images where one was asked for"
-        raise BuildError(msg)
-    layers = contents.layers_of(contents.entries[0])
-    return SavedImage(
-        config=contents.entries[0].config,
-        layers=tuple(layer.value for layer in layers),
-        layer_digests={layer.value: layer.diff_id for layer in contents.layers.values()},
-    )
-
-
 # --- the engine side -----------------------------------------------------------------
 
 
@@ -308,13 +273,18 @@ class NormalizeRequest:
     keep_diff_ids: frozenset[str] = frozenset()  # base layers: passed through verbatim
     work_dir: Path  # temp folders are made (and removed) here
     cache_dir: Path | None = None  # remembers raw ID -> normalised ID
+    # BuildKit's clamped steps made the layers reproducible: only the config is rewritten
+    # (stackpin.normalize_record), where the store and the history allow it.
+    layers_as_built: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
 class LayerOutcome:
     source_diff_id: str
     diff_id: str
-    action: str  # "kept" (base layer), "unchanged" (already normal), "rewritten"
+    # "kept" (base layer), "unchanged" (already normal), "rewritten", or "as built" (the
+    # config alone was rewritten: stackpin.normalize_record)
+    action: str
     removed: tuple[str, ...] = ()
 
 
@@ -343,6 +313,13 @@ def normalize_image(
             engine.tag(cached, reference)
         return NormalizeResult(image_id=cached, source_image_id=source.id, tags=request.tags,
                                seconds=round(time.monotonic() - started, 2), reused=True)
+    if request.layers_as_built:
+        epoch = source_date_epoch_of(source.labels, request.image)
+        image_id = normalize_config_only(engine, source, source_date_epoch=epoch, on_line=on_line)
+        if image_id:
+            as_built = tuple(LayerOutcome(source_diff_id=d, diff_id=d, action="as built")
+                             for d in source.diff_ids)
+            return _finish(engine, request, source.id, image_id, started, outcomes=as_built)
     request.work_dir.mkdir(parents=True, exist_ok=True)
     sweep_stale(request.work_dir)
     prefix = f"normalize-{os.getpid()}-"
@@ -350,7 +327,8 @@ def normalize_image(
         folder = Path(tmp)
         on_line(f"normalize: saving {source.id[7:19]}")
         saved = unpack_save(chunk_stream(engine.save(SaveRequest(images=(source.id,)))), folder)
-        epoch = source_date_epoch_of(saved.config, request.image)
+        epoch = source_date_epoch_of((saved.config.get("config") or {}).get("Labels") or {},
+                                      request.image)
         on_line(f"normalize: rewriting {len(saved.layers)} layer(s) for SOURCE_DATE_EPOCH={epoch}")
         outcomes, files = _rewrite_layers(saved, request.keep_diff_ids, epoch, folder)
         config = normalize_config(
@@ -373,12 +351,18 @@ def normalize_image(
                     "report this"
                 )
                 raise BuildError(msg)
+    return _finish(engine, request, source.id, image_id, started, outcomes=tuple(outcomes))
+
+
+def _finish(engine: Engine, request: NormalizeRequest, source_id: str, image_id: str,
+            started: float, *, outcomes: tuple[LayerOutcome, ...]) -> NormalizeResult:
+    """Tag the normal image, remember raw -> normal, and say what was done."""
     for reference in request.tags:
         engine.tag(image_id, reference)
-    _remember(request, source.id, image_id)
-    return NormalizeResult(image_id=image_id, source_image_id=source.id, tags=request.tags,
+    _remember(request, source_id, image_id)
+    return NormalizeResult(image_id=image_id, source_image_id=source_id, tags=request.tags,
                            seconds=round(time.monotonic() - started, 2), reused=False,
-                           layers=tuple(outcomes))
+                           layers=outcomes)
 
 
 def _held_by_the_daemon(engine: Engine, saved: SavedImage,
@@ -456,7 +440,8 @@ def _rewrite_one(path: Path, digest: str, epoch: int) -> tuple[LayerOutcome, Pat
 def _cache_file(request: NormalizeRequest, source_id: str) -> Path | None:
     if request.cache_dir is None:
         return None
-    key = canonical_bytes([NORMALIZE_VERSION, source_id, sorted(request.keep_diff_ids)])
+    key = canonical_bytes([NORMALIZE_VERSION, source_id, sorted(request.keep_diff_ids),
+                           request.layers_as_built])
     return request.cache_dir / "normalize" / f"{hashlib.sha256(key).hexdigest()}.json"
 
 

@@ -362,7 +362,7 @@ def check_rebuild(
         if not result.native_timestamps:
             rebuilt_id = normalize_image(engine, NormalizeRequest(
                 image=raw_id, tags=(temp,), keep_diff_ids=frozenset(base.diff_ids),
-                work_dir=root / "build" / "tmp",
+                work_dir=root / "build" / "tmp", layers_as_built=result.builder == "buildkit",
             ), on_line=on_line).image_id
         if rebuilt_id == existing.id:
             return RebuildReport(reference=reference, existing_id=existing.id,

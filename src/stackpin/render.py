@@ -10,7 +10,9 @@ templates and the in-image programs come in as text (``Sources``, read at the ed
 
 from __future__ import annotations
 
+import io
 import shlex
+import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -289,6 +291,38 @@ def dockerfile_quote(value: str) -> str:
     return f'"{escaped}"'
 
 
+# The BuildKit Dockerfile's first step (``ADD mount-stubs.tar /``) lays down every
+# bind-mount target of its steps and the files the engine mounts into /etc, with fixed
+# headers (a tar: ADD sets the folders' times too, COPY leaves those of existing ones at the
+# time of the run). Where the engine had to make them itself, Engine 20.10's BuildKit left
+# /etc and each target folder stamped with the time of the run in the step's layer
+# (docs/reproducibility.md, "Mount targets laid down first").
+STUBS_TAR = "mount-stubs.tar"
+_STUB_FOLDERS = {"etc": 0o755, "opt": 0o755, "tmp": 0o1777, "tmp/context": 0o755,
+                 "tmp/context/stackpin": 0o755, "tmp/context/verify": 0o755,
+                 "tmp/wheelhouse": 0o755, TOOLS_MOUNT.lstrip("/"): 0o755}
+# hosts has a line so the step's layer has a size: the daemon's history tells a step that
+# made a layer by its size (stackpin.normalize_record).
+_STUB_FILES = {"etc/hostname": "", "etc/hosts": "127.0.0.1\tlocalhost\n", "etc/resolv.conf": ""}
+
+
+def mount_stubs(layers: tuple[InstallLayer, ...], *, source_date_epoch: int) -> str:
+    """The stubs tar (ustar, ASCII only, so it travels as text like every rendered file)."""
+    folders = {**_STUB_FOLDERS, **{f"tmp/wheelhouse/{layer.name}": 0o755 for layer in layers}}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name in sorted({*folders, *_STUB_FILES}):
+            info = tarfile.TarInfo(name)
+            info.mtime, info.uname, info.gname = source_date_epoch, "", ""
+            data = _STUB_FILES.get(name, "").encode()
+            if name in folders:
+                info.type, info.mode = tarfile.DIRTYPE, folders[name]
+            else:
+                info.mode, info.size = 0o644, len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue().decode("ascii")
+
+
 def render(req: RenderRequest) -> Rendered:
     """Render the build context text for one cell x variant."""
     cell, variant, lock = req.cell, req.variant, req.lock
@@ -310,6 +344,7 @@ def render(req: RenderRequest) -> Rendered:
     files.update(compat_files(cell.compat, python_tag=cell.python, sources=req.sources.templates))
     if req.builder == "buildkit":  # each step's clamp, from the tools stage (never in the image)
         files["tools/clamp.py"] = req.sources.text("clamp.py")
+        files[STUBS_TAR] = mount_stubs(layers, source_date_epoch=cell.source_date_epoch)
     if cell.env_script:
         files["stackpin/env.sh"] = env.get_template("env.sh.j2").render(context)
     if cell.service is not None:

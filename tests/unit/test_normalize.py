@@ -297,9 +297,9 @@ def test_two_runs_of_the_same_build_give_the_same_config_bytes():
 
 
 def test_the_epoch_comes_from_the_label():
-    assert source_date_epoch_of(raw_config("x", "c", "p"), "img") == SDE
+    assert source_date_epoch_of(raw_config("x", "c", "p")["config"]["Labels"], "img") == SDE
     with pytest.raises(BuildError, match=r"no io\.stackpin\.source-date-epoch label"):
-        source_date_epoch_of({"config": {"Labels": {}}}, "img")
+        source_date_epoch_of({}, "img")
 
 
 # --- the whole image, through a fake engine ------------------------------------------

@@ -8,10 +8,12 @@ shipped matrix changes no golden file.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import re
 import shlex
 import subprocess
+import tarfile
 from types import SimpleNamespace
 
 import pytest
@@ -25,6 +27,7 @@ from stackpin.layers import install_layers
 from stackpin.matrix import Cell
 from stackpin.matrixfile import load_cells
 from stackpin.render import (
+    STUBS_TAR,
     RenderRequest,
     base_reference,
     dockerfile_quote,
@@ -425,3 +428,42 @@ def test_image_json_carries_the_vendor_boundary_and_arch():
     assert "flash-attn" not in stable["provided"], "stable installs no FlashAttention"
     assert enhanced["provided"]["flash-attn"]["version"] == "2.8.3+das.opt1.dtk2604.torch2100"
     assert stable["excluded"]["bitsandbytes"].startswith("no native build")
+
+
+def _mount_targets(text: str) -> set[str]:
+    steps = _instructions(text)
+    final = max(i for i, s in enumerate(steps) if s.startswith("FROM "))
+    return {m for s in steps[final:] for m in re.findall(r"--mount=\S*target=(\S+)", s)}
+
+
+@pytest.mark.parametrize(("cell_id", "variant"), [(CPU_CELL, "stable"), (K100_CELL, "enhanced")])
+def test_every_mount_target_is_laid_down_before_the_first_run(cell_id: str, variant: str):
+    # A target the engine has to make is stamped with the time of the run (and so is its
+    # folder) in Engine 20.10's BuildKit layers: each must be a folder of the stubs tar,
+    # with its parents, and the runtime files of /etc beside them.
+    rendered = _render(SYNTHETIC[cell_id], variant, builder="buildkit")
+    steps = _instructions(rendered.dockerfile)
+    final = max(i for i, s in enumerate(steps) if s.startswith("FROM "))
+    body = [s for s in steps[final + 1:] if not s.startswith(("SHELL", "ARG"))]
+    assert body[0] == f"ADD {STUBS_TAR} /"
+    stubs = rendered.files[STUBS_TAR].encode("ascii")
+    with tarfile.open(fileobj=io.BytesIO(stubs)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    folders = {name for name, m in members.items() if m.isdir()}
+    targets = _mount_targets(rendered.dockerfile)
+    assert "/tmp/context/verify" in targets and "/opt/stackpin-tools" in targets
+    for target in targets:
+        parts = target.strip("/").split("/")
+        assert {"/".join(parts[:n]) for n in range(1, len(parts) + 1)} <= folders, target
+    assert {"etc/hosts", "etc/resolv.conf", "etc/hostname"} <= set(members)
+    assert all(m.mtime == SYNTHETIC[cell_id].source_date_epoch and m.uid == m.gid == 0
+               and not m.uname for m in members.values())
+    assert members["tmp"].mode == 0o1777 and members["etc"].mode == 0o755
+    assert members["etc/hosts"].size > 0  # the step's layer has a size (normalize_record)
+
+
+def test_the_stubs_tar_is_the_same_bytes_on_every_render():
+    one = _render(SYNTHETIC[CPU_CELL], "stable", builder="buildkit").files[STUBS_TAR]
+    two = _render(SYNTHETIC[CPU_CELL], "stable", builder="buildkit").files[STUBS_TAR]
+    assert one == two and len(one) % 512 == 0
+    assert STUBS_TAR not in _render(SYNTHETIC[CPU_CELL], "stable").files  # classic: none

@@ -250,6 +250,15 @@ class DockerEngine:
         except docker.errors.ImageNotFound:
             return None
 
+    @_needs_daemon
+    def image_record(self, reference: str) -> types.ImageRecord | None:
+        """Config settings, platform, layers and history as the daemon records them."""
+        try:
+            data = self._api.inspect_image(reference)  # type: ignore[no-untyped-call]
+            history = self._api.history(data["Id"])  # type: ignore[no-untyped-call]
+        except docker.errors.ImageNotFound:
+            return None
+        return types.image_record_from(data, history)
 
     @_needs_daemon
     def list_images(self, label: str) -> list[types.ImageInfo]:

@@ -38,6 +38,9 @@ class Engine(Protocol):
     def image_info(self, reference: str) -> types.ImageInfo | None:
         """The image a reference (name:tag, ID or name@digest) names, or None."""
 
+    def image_record(self, reference: str) -> types.ImageRecord | None:
+        """The daemon's record of an image's config and history (no save), or None."""
+
     def list_images(self, label: str) -> list[types.ImageInfo]:
         """Every local image carrying ``label`` ("key" or "key=value"), newest first."""
 

@@ -22,8 +22,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import posixpath
+import shutil
 import tarfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from typing import IO, Any, Generic, Literal, TypeVar
 import zstandard
 
 from stackpin import primitives
-from stackpin.errors import HostEnvironmentError
+from stackpin.errors import BuildError, HostEnvironmentError
 from stackpin.primitives import (
     CHUNK,
     HashingReader,
@@ -280,6 +282,18 @@ def image_layout(
                         omit=omit)
 
 
+def held_layers_archive(config: bytes, diff_ids: Sequence[str]) -> Iterator[bytes]:
+    """A docker-archive of one config and its manifest with every layer left out, for a
+    classic store that holds each layer's chain: its ``docker load`` takes such a layer
+    from the store and opens no file for it. No OCI index: its manifest needs each layer's
+    size, which only a save could tell."""
+    manifest = canonical_bytes([{"Config": _blob(sha256_digest(config)), "RepoTags": [],
+                                 "Layers": [_blob(d) for d in diff_ids]}])
+    yield from tar_member(_blob(sha256_digest(config)), io.BytesIO(config), len(config))
+    yield from tar_member("manifest.json", io.BytesIO(manifest), len(manifest))
+    yield tar_end()
+
+
 def write_layout(images: Sequence[LayoutImage], *, mtime: int = 0,
                  omit: frozenset[str] = frozenset()) -> ImageLayout:
     """The OCI layout (plus ``manifest.json``) of several images, in a fixed order.
@@ -344,3 +358,35 @@ def canonical_bytes(value: object) -> bytes:
     return primitives.canonical_bytes(value, ascii_only=True)
 
 
+# --- one saved image, spooled ------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavedImage:
+    """One image of a ``docker save`` stream unpacked into a folder: config + layer files."""
+
+    config: Mapping[str, Any]
+    layers: tuple[Path, ...]  # in config order; the same file may appear twice
+    layer_digests: Mapping[Path, str]
+
+
+def unpack_save(stream: IO[bytes], folder: Path) -> SavedImage:
+    """Spool a one-image ``docker save`` stream (either layout): layers to files, uncompressed."""
+    count = itertools.count()
+
+    def spool(data: IO[bytes]) -> Path:
+        path = folder / f"in-{next(count)}.tar"
+        with path.open("wb") as out:
+            shutil.copyfileobj(data, out, CHUNK)
+        return path
+
+    contents = read_save(stream, spool)
+    if len(contents.entries) != 1:
+        msg = f"docker save gave {len(contents.entries)} images where one was asked for"
+        raise BuildError(msg)
+    layers = contents.layers_of(contents.entries[0])
+    return SavedImage(
+        config=contents.entries[0].config,
+        layers=tuple(layer.value for layer in layers),
+        layer_digests={layer.value: layer.diff_id for layer in contents.layers.values()},
+    )

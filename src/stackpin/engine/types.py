@@ -134,6 +134,30 @@ class ImageInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HistoryItem:
+    """One step of an image's history as the daemon's ``/images/<id>/history`` gives it."""
+
+    created_by: str
+    comment: str
+    size: int  # bytes of the step's layer; 0 for a metadata step (and for an empty layer)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageRecord:
+    """What the daemon records of an image's config without a ``docker save``: the runtime
+    settings of ``/images/<id>/json`` (every field, zero or not), platform, author, layers
+    and history oldest first (stackpin.normalize_record rebuilds a config from it)."""
+
+    settings: Mapping[str, Any]
+    architecture: str
+    os: str
+    variant: str
+    author: str
+    diff_ids: tuple[str, ...]
+    history: tuple[HistoryItem, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineVersion:
     version: str
     api_version: str
@@ -200,6 +224,23 @@ def image_info_from_inspect(data: Mapping[str, Any]) -> ImageInfo:
         diff_ids=tuple((data.get("RootFS") or {}).get("Layers") or ()),
         architecture=str(data.get("Architecture") or ""),
         os=str(data.get("Os") or ""),
+    )
+
+
+def image_record_from(inspect: Mapping[str, Any],
+                      history: Iterable[Mapping[str, Any]]) -> ImageRecord:
+    """ImageRecord from ``/images/<id>/json`` and ``/images/<id>/history`` (newest first)."""
+    return ImageRecord(
+        settings=dict(inspect.get("Config") or {}),
+        architecture=str(inspect.get("Architecture") or ""),
+        os=str(inspect.get("Os") or ""),
+        variant=str(inspect.get("Variant") or ""),
+        author=str(inspect.get("Author") or ""),
+        diff_ids=tuple((inspect.get("RootFS") or {}).get("Layers") or ()),
+        history=tuple(HistoryItem(created_by=str(h.get("CreatedBy") or ""),
+                                  comment=str(h.get("Comment") or ""),
+                                  size=int(h.get("Size") or 0))
+                      for h in reversed(list(history))),
     )
 
 

@@ -22,6 +22,9 @@ RUN --mount=type=bind,source=tools,target=/tmp/tools \
 # ---- later), so the engine's own layers are reproducible (docs/reproducibility.md).
 FROM registry.example.invalid/dtk:99.01
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Every mount target below and the files the engine mounts into /etc exist before the first
+# RUN, with fixed times: made by the engine, 20.10's left the run's time in each layer.
+ADD mount-stubs.tar /
 # No index, no cache, no bytecode from imports: the installs read the locked wheelhouse
 # only, and each install step compiles its own layer's bytecode, deterministically. ARG,
 # not ENV: every RUN here sees them, the image (this stage is the final one) does not.
@@ -90,6 +93,8 @@ RUN --mount=type=bind,source=wheels/attention,target=/tmp/wheelhouse/attention \
 # The build files and verify/ are copied by RUN, not COPY, so the clamp covers them too;
 # the vendor boundary is verify's own rule (L0.boundary's): one file, beside the guard;
 # where the cell has an env script, whether this step sourced it is L0.dtk_env's rule.
+# /tmp/context and /tmp/wheelhouse stay, empty: the first step laid them down as mount
+# targets, and deleting them would leave whiteouts stamped with the time of the run.
 RUN --mount=type=bind,source=stackpin,target=/tmp/context/stackpin \
     --mount=type=bind,source=verify,target=/tmp/context/verify \
     --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
@@ -100,7 +105,7 @@ RUN --mount=type=bind,source=stackpin,target=/tmp/context/stackpin \
         --python cp310 --torch 1.0.0+das.dtk9901 --numpy '<2' \
         --boundary /opt/stackpin/image.json \
         --env-script /opt/dtk/env.sh \
-    && rm -rf /root/.cache && find /tmp -mindepth 1 -maxdepth 1 ! -path /tmp/context -exec rm -rf {} + \
+    && rm -rf /root/.cache && find /tmp -mindepth 1 -maxdepth 1 ! -path /tmp/context ! -path /tmp/wheelhouse -exec rm -rf {} + \
     && mkdir /opt/stackpin/verify && cp -a /tmp/context/verify/. /opt/stackpin/verify/ \
     && mkdir -p /opt/stackpin/etc/profile.d \
     && cp /opt/stackpin/env.sh /opt/stackpin/etc/profile.d/stackpin-env.sh \
