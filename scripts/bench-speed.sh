@@ -129,7 +129,7 @@ while IFS== read -r name host; do
         b() { hand "$work/a" "$hand_tag" --no-cache; }
         if [ $((round % 2)) = 1 ]; then timed s a; timed h b; else timed h b; timed s a; fi
         sp_cold+=("$s") hand_cold+=("$h")
-        echo "$name cold round $round: stackpin $s s ($(field "$work/cold.json" builder), timestamps $(field "$work/cold.json" timestamps) in $(field "$work/cold.json" normalize_seconds) s), hand-written $h s"
+        echo "$name cold round $round: stackpin $s s ($(field "$work/cold.json" builder), timestamps $(field "$work/cold.json" timestamps) in $(field "$work/cold.json" normalize_seconds) s, image $(field "$work/cold.json" image_id)), hand-written $h s"
     done
     if [ "${BENCH_UV:-0}" = 1 ]; then  # the uv yardstick, right after the last cold pair
         timed hu hand_uv "$work/a" "$hand_tag-uv" --no-cache
