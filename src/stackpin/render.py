@@ -323,6 +323,19 @@ def mount_stubs(layers: tuple[InstallLayer, ...], *, source_date_epoch: int) -> 
     return buffer.getvalue().decode("ascii")
 
 
+# What ensurepip puts in the venv. The venv step removes those the lock pins, so the
+# install step that brings the pinned one deletes nothing of a lower layer: a deletion is
+# a whiteout, which Engine 20.10's BuildKit stamps with the time of the run (two cold
+# builds of the CPU image differed only there, setuptools 66.1.1's two whiteouts).
+ENSUREPIP = ("pip", "setuptools")
+
+
+def venv_replaced(layers: tuple[InstallLayer, ...]) -> list[str]:
+    """ensurepip's distributions that an install layer installs again (pinned)."""
+    installed = {canonicalize_name(w.name) for layer in layers for w in layer.wheels}
+    return [name for name in ENSUREPIP if name in installed]
+
+
 def render(req: RenderRequest) -> Rendered:
     """Render the build context text for one cell x variant."""
     cell, variant, lock = req.cell, req.variant, req.lock
@@ -378,6 +391,7 @@ def template_context(
         # clamp that ends each step; classic: uv unpacked into the install stage's /tmp.
         "tools": TOOLS_MOUNT,
         "uv_dir": TOOLS_MOUNT if req.builder == "buildkit" else "/tmp/uv",
+        "venv_replaced": venv_replaced(layers),
         "clamp": f'&& python3 {TOOLS_MOUNT}/clamp.py {cell.source_date_epoch} "$t0"',
         "attention": attention_module(cell, variant),
         "runtime_env": runtime_env(cell),

@@ -24,6 +24,7 @@ from tests.synthetic import synthetic_cells, synthetic_lock
 from stackpin.context import read_sources
 from stackpin.errors import ConfigurationError
 from stackpin.layers import install_layers
+from stackpin.lock import read_lock
 from stackpin.matrix import Cell
 from stackpin.matrixfile import load_cells
 from stackpin.render import (
@@ -34,6 +35,7 @@ from stackpin.render import (
     image_labels,
     render,
     render_template,
+    venv_replaced,
 )
 from stackpin.tools import load_installer
 
@@ -467,3 +469,22 @@ def test_the_stubs_tar_is_the_same_bytes_on_every_render():
     two = _render(SYNTHETIC[CPU_CELL], "stable", builder="buildkit").files[STUBS_TAR]
     assert one == two and len(one) % 512 == 0
     assert STUBS_TAR not in _render(SYNTHETIC[CPU_CELL], "stable").files  # classic: none
+
+
+def test_the_venv_step_drops_what_of_ensurepip_s_the_lock_pins():
+    # The shipped CPU lock pins setuptools (stack layer): the venv step removes ensurepip's
+    # own, so the stack layer deletes nothing below it (a whiteout holds the time of the
+    # run on Engine 20.10: two cold builds of the CPU image differed only there).
+    cells = load_cells(sorted((ROOT / "pinning").glob("*.toml")))
+    cell = cells["cpu-bookworm-torch2130-py311"]
+    lock = read_lock(ROOT, cell.id)
+    assert lock is not None
+    layers = install_layers(cell, "stable", lock)
+    assert venv_replaced(layers) == ["setuptools"]
+    text = render(RenderRequest(cell=cell, variant="stable", lock=lock,
+                                sources=read_sources(TEMPLATES), stackpin_version="0",
+                                builder="buildkit", installer=INSTALLER)).dockerfile
+    venv = next(s for s in _instructions(text) if "python3 -m venv" in s)
+    assert "&& /opt/stackpin/venv/bin/python -m pip uninstall --yes --quiet setuptools &&" in venv
+    assert venv_replaced(install_layers(SYNTHETIC[CPU_CELL], "stable",
+                                        synthetic_lock(SYNTHETIC[CPU_CELL]))) == []

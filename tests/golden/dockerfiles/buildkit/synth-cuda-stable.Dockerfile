@@ -34,7 +34,9 @@ ARG PIP_DISABLE_PIP_VERSION_CHECK=1
 ARG PYTHONDONTWRITEBYTECODE=1
 ARG SOURCE_DATE_EPOCH=1700000000
 # ensurepip compiles the venv's own pip; SOURCE_DATE_EPOCH (an ARG of this stage) makes those
-# pycs checked-hash, so they and the RECORD listing their hashes hold no build time.
+# pycs checked-hash, so they and the RECORD listing their hashes hold no build time. What
+# of ensurepip's the lock pins goes here, in this layer: replaced by a later one it would
+# leave whiteouts stamped with the time of the run (render.ENSUREPIP).
 RUN --mount=type=bind,from=tools,source=/opt/stackpin-tools,target=/opt/stackpin-tools \
     t0=$(date +%s%N) && python3 -m venv /opt/stackpin/venv \
     && python3 /opt/stackpin-tools/clamp.py 1700000000 "$t0"
