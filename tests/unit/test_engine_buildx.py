@@ -9,6 +9,7 @@ are each checked without a daemon.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -143,6 +144,14 @@ def test_progress_of_a_failed_run_names_the_step_and_the_process_error():
 FAKE_DOCKER = """#!{python}
 import json, os, sys, tarfile
 argv = sys.argv[1:]
+if argv[:2] == ["builder", "prune"]:
+    with open(os.environ["FAKE_SEEN"] + ".prune", "a") as seen:
+        seen.write(" ".join(argv) + "\\n")
+    print("Total:\\t3.1GB")
+    sys.exit(0)
+if os.environ.get("FAKE_UNREAD"):  # buildx refusing at once, before reading the context
+    sys.stderr.write("ERROR: failed to build: refused early\\n")
+    sys.exit(1)
 names = tarfile.open(fileobj=sys.stdin.buffer, mode="r|").getnames()
 with open(os.environ["FAKE_SEEN"], "w") as seen:
     json.dump({{"argv": argv, "context": names}}, seen)
@@ -189,7 +198,7 @@ def test_the_image_tar_goes_to_load_and_the_reported_id_is_the_loaded_one(fake_d
     outcome = run_buildx(request(fake_docker, rewrite_timestamps=True), docker_host="unix:///x",
                          emit=lines.append, load=load)
     assert outcome.image_id == DIGEST and load.data == b"IMAGE-TAR" * 1000
-    assert lines[-1] == "#7 DONE 4.4s" and len(outcome.tally.steps) == 3
+    assert lines[-2] == "#7 DONE 4.4s" and len(outcome.tally.steps) == 3  # then the prune
     seen = json.loads((tmp_path / "seen.json").read_text())
     assert sorted(seen["context"]) == ["Dockerfile", "a.txt"]  # the normalised tar, on stdin
 
@@ -217,6 +226,44 @@ def test_a_failed_build_names_the_step_and_never_loads(fake_docker, monkeypatch)
                    load=load)
     assert caught.value.message.startswith("build failed at [3/3] RUN echo oops >&2 && exit 3: ")
     assert "exit code: 3" in caught.value.message and load.data == b""
+
+
+def test_a_buildx_that_stops_reading_the_context_fails_with_its_own_words(fake_docker,
+                                                                         monkeypatch):
+    # 4 MiB is more than a pipe holds: the writer meets a closed pipe, which is not the error.
+    (fake_docker / "big.bin").write_bytes(b"x" * (4 << 20))
+    monkeypatch.setenv("FAKE_UNREAD", "1")
+    with pytest.raises(BuildError) as caught:
+        run_buildx(request(fake_docker), docker_host="unix:///x", emit=lambda _line: None,
+                   load=Loads(()))
+    assert "refused early" in caught.value.message
+
+
+def test_a_context_that_cannot_be_read_stops_buildx_and_says_so(fake_docker, monkeypatch):
+    def half_then_fail(context_dir, out, **_kw):
+        out.write(b"\0" * 512)
+        raise PermissionError(13, "Permission denied", str(context_dir / "a.txt"))
+
+    monkeypatch.setattr("stackpin.engine.buildx.write_build_context", half_then_fail)
+    with pytest.raises(BuildError) as caught:
+        run_buildx(request(fake_docker), docker_host="unix:///x", emit=lambda _line: None,
+                   load=Loads(()))
+    assert caught.value.message.startswith("could not send the build context ")
+    assert "Permission denied" in caught.value.message and caught.value.step == "context"
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_engine_gives_back_the_context_upload_after_each_build(fake_docker, tmp_path,
+                                                                   monkeypatch, fails):
+    if fails:
+        monkeypatch.setenv("FAKE_EXIT", "1")
+    lines: list[str] = []
+    with contextlib.suppress(BuildError):
+        run_buildx(request(fake_docker), docker_host="unix:///x", emit=lines.append,
+                   load=Loads(()))
+    pruned = (tmp_path / "seen.json.prune").read_text().splitlines()
+    assert pruned == ["builder prune --force --filter description~=buildkit-session"]
+    assert lines[-1] == "stackpin: gave back the uploaded build context (Total:\t3.1GB)"
 
 
 def test_no_docker_cli_is_one_line_exit_8(tmp_path, monkeypatch):

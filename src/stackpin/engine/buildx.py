@@ -138,26 +138,30 @@ Loader = Callable[[Iterable[bytes]], tuple[str, ...]]  # chunks -> the loaded im
 def run_buildx(
     request: BuildRequest, *, docker_host: str, emit: Callable[[str], None], load: Loader,
 ) -> BuildkitOutcome:
-    """Run buildx with the normalised context tar on stdin, streaming its progress to ``emit``.
+    """Run buildx with the normalised context tar streamed to its stdin, its progress to ``emit``.
 
-    With ``rewrite_timestamps`` the image arrives on buildx's stdout and goes straight into
-    ``load``; the ID buildx reports must be among the IDs the engine loaded.
+    The tar goes through a pipe, written by a thread as buildx reads it: a file first cost
+    the CUDA cell's 3.1 GB once more on the disk (CI's enhanced build ran out of it there)
+    and a write and a read of it. With ``rewrite_timestamps`` the image arrives on buildx's
+    stdout and goes straight into ``load``; the ID buildx reports must be among the IDs the
+    engine loaded.
     """
     tally = BuildkitTally()
     with tempfile.TemporaryDirectory(prefix="stackpin-buildx-") as tmp:
-        context, metadata = Path(tmp) / "context.tar", Path(tmp) / "metadata.json"
-        with context.open("wb") as out:
-            write_build_context(request.context_dir, out, dockerfile=request.dockerfile,
-                                source_date_epoch=request.source_date_epoch)
+        metadata = Path(tmp) / "metadata.json"
         env = {**os.environ, "DOCKER_HOST": docker_host}
-        with context.open("rb") as stdin, _process(
-                buildx_argv(request, metadata_file=metadata), stdin=stdin, env=env,
-                stdout=request.rewrite_timestamps) as proc:
+        with _process(buildx_argv(request, metadata_file=metadata), env=env,
+                      stdout=request.rewrite_timestamps) as proc:
+            writer = _ContextWriter(request, proc)
             reader = threading.Thread(target=_fold_lines, args=(proc.stderr, tally, emit))
+            writer.start()
             reader.start()
             loaded = _load_output(proc.stdout, load) if proc.stdout else ()
             code = proc.wait()
             reader.join()
+            writer.join()
+        give_back_uploads(env, emit)
+        writer.raise_failure()
         if code != 0 or tally.error:
             raise buildkit_failure(tally, request.log_path, code)
         image_id = _metadata_digest(metadata)
@@ -168,11 +172,61 @@ def run_buildx(
     return BuildkitOutcome(image_id=image_id, tally=tally)
 
 
+# The engine keeps each upload of a context on stdin as a build-cache record ("http url
+# http://buildkit-session/<session>"), one per build and never read again (an identical
+# context is found through its unpacked copy, "copy /context /", which stays): the CUDA
+# cell's 3.1 GB a build. Records a running build uses are not pruned. BuildKit 0.8 (engine
+# 20.10) ignores this filter and keeps them: scripts/reclaim-disk.sh is the way out there.
+UPLOADS_FILTER = "description~=buildkit-session"
+
+
+def give_back_uploads(env: dict[str, str], emit: Callable[[str], None]) -> None:
+    """Prune the engine's idle context uploads; what was given back goes to ``emit``."""
+    done = subprocess.run(["docker", "builder", "prune", "--force", "--filter", UPLOADS_FILTER],
+                          env=env, capture_output=True, text=True, check=False)
+    total = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
+    if total and total[0].split(":")[-1].strip() not in ("0B", "0"):
+        emit(f"stackpin: gave back the uploaded build context ({total[0].strip()})")
+
+
+class _ContextWriter(threading.Thread):
+    """Writes the context tar into buildx's stdin and closes it; keeps what went wrong.
+
+    A pipe buildx closed early (it failed, and says why on stderr) is not this thread's
+    failure; a context file that cannot be read is, and stops buildx at once.
+    """
+
+    def __init__(self, request: BuildRequest, proc: subprocess.Popen[bytes]) -> None:
+        super().__init__(name="stackpin-buildx-context", daemon=True)
+        self.request, self.proc = request, proc
+        self.failure: Exception | None = None
+
+    def run(self) -> None:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        try:
+            with stdin:
+                write_build_context(self.request.context_dir, stdin,
+                                    dockerfile=self.request.dockerfile,
+                                    source_date_epoch=self.request.source_date_epoch)
+        except BrokenPipeError:
+            pass
+        except Exception as exc:  # kept, and raised in the caller's thread
+            self.failure = exc
+            self.proc.terminate()
+
+    def raise_failure(self) -> None:
+        if self.failure is not None:
+            msg = (f"could not send the build context {self.request.context_dir} to BuildKit: "
+                   f"{self.failure}; full log: {self.request.log_path}")
+            raise BuildError(msg, step="context", log_path=str(self.request.log_path))
+
+
 @contextlib.contextmanager
-def _process(argv: list[str], *, stdin: IO[bytes], env: dict[str, str],
+def _process(argv: list[str], *, env: dict[str, str],
              stdout: bool) -> Iterator[subprocess.Popen[bytes]]:
     try:
-        proc = subprocess.Popen(argv, stdin=stdin, env=env, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, env=env, stderr=subprocess.PIPE,
                                 stdout=subprocess.PIPE if stdout else subprocess.DEVNULL)
     except FileNotFoundError:
         msg = "docker CLI not found: install docker.io (or docker-ce-cli), or --builder classic"

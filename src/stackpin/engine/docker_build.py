@@ -126,7 +126,8 @@ def write_build_context(
     """
     patterns = _dockerignore_patterns(context_dir)
     names = sorted(docker.utils.build.exclude_paths(str(context_dir), patterns, dockerfile))
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+    # Stream mode ("w|"): the same bytes as "w", and it never asks a pipe for its offset.
+    with tarfile.open(fileobj=out, mode="w|", format=tarfile.GNU_FORMAT) as tar:
         for name in names:
             path = context_dir / name
             info = tar.gettarinfo(str(path), arcname=name)
