@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import shlex
 import tarfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -306,9 +306,24 @@ _STUB_FOLDERS = {"etc": 0o755, "opt": 0o755, "tmp": 0o1777, "tmp/context": 0o755
 _STUB_FILES = {"etc/hostname": "", "etc/hosts": "127.0.0.1\tlocalhost\n", "etc/resolv.conf": ""}
 
 
-def mount_stubs(layers: tuple[InstallLayer, ...], *, source_date_epoch: int) -> str:
+def stub_layer_names(cell: Cell, lock: Lock | None) -> tuple[str, ...]:
+    """The install layers of every variant of the cell, whose wheel folders the stubs tar
+    lays down. One tar for all variants: the first step's layer must be the same in each,
+    or the enhanced image shares nothing above the base with the stable one (a stable-only
+    tar made CI build two whole CUDA images and run out of disk)."""
+    return tuple(sorted({layer.name for variant in cell.variants
+                         for layer in install_layers(cell, variant, lock)}))
+
+
+def mount_stub_folders(layer_names: Iterable[str]) -> dict[str, int]:
+    """The folders of the stubs tar by path (no leading /) and mode. Empty in the image: a
+    mount hides them while a step runs, and nothing under /tmp is written in them."""
+    return {**_STUB_FOLDERS, **{f"tmp/wheelhouse/{name}": 0o755 for name in layer_names}}
+
+
+def mount_stubs(layer_names: Iterable[str], *, source_date_epoch: int) -> str:
     """The stubs tar (ustar, ASCII only, so it travels as text like every rendered file)."""
-    folders = {**_STUB_FOLDERS, **{f"tmp/wheelhouse/{layer.name}": 0o755 for layer in layers}}
+    folders = mount_stub_folders(layer_names)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         for name in sorted({*folders, *_STUB_FILES}):
@@ -357,7 +372,8 @@ def render(req: RenderRequest) -> Rendered:
     files.update(compat_files(cell.compat, python_tag=cell.python, sources=req.sources.templates))
     if req.builder == "buildkit":  # each step's clamp, from the tools stage (never in the image)
         files["tools/clamp.py"] = req.sources.text("clamp.py")
-        files[STUBS_TAR] = mount_stubs(layers, source_date_epoch=cell.source_date_epoch)
+        files[STUBS_TAR] = mount_stubs(stub_layer_names(cell, lock),
+                                       source_date_epoch=cell.source_date_epoch)
     if cell.env_script:
         files["stackpin/env.sh"] = env.get_template("env.sh.j2").render(context)
     if cell.service is not None:

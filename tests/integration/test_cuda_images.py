@@ -38,6 +38,7 @@ from stackpin.layers import install_layers
 from stackpin.lock import read_lock
 from stackpin.matrixfile import load_cells
 from stackpin.normalize import SDE_LABEL
+from stackpin.render import mount_stub_folders, stub_layer_names
 
 pytestmark = pytest.mark.docker
 
@@ -123,11 +124,12 @@ def test_both_variants_are_buildkit_builds_sharing_every_layer_below_attention(
     shared = 0
     while stable.diff_ids[shared] == enhanced.diff_ids[shared]:
         shared += 1
-    # The base, the venv, the torch (vendor) layer and the stack's layers (stackpin.layers);
-    # then enhanced's attention layer is the first that differs, and stable has none.
+    # The base, the mount stubs (the BuildKit Dockerfile's first step), the venv, the torch
+    # (vendor) layer and the stack's layers (stackpin.layers); then enhanced's attention
+    # layer is the first that differs, and stable has none.
     below = [x for x in install_layers(load_cells(sorted((ROOT / "pinning").glob("*.toml")))[
         CUDA_CELL], "enhanced", _lock()) if x.name != "attention"]
-    assert shared == len(base.diff_ids) + 1 + len(below)
+    assert shared == len(base.diff_ids) + 2 + len(below)
     assert len(enhanced.diff_ids) == len(stable.diff_ids) + 1
 
 
@@ -193,8 +195,16 @@ def test_no_wheel_pip_cache_apt_list_or_build_leftover(host):
     _variant, box = host
     assert box.check_output(
         "find / -xdev \\( \\( -name '*.whl' -not -path '/usr/share/python-wheels/*' \\) "
-        "-o -path /root/.cache -o -path '/tmp/*' \\) -print") == ""
+        "-o -path /root/.cache \\) -print") == ""
     assert box.check_output("find /var/lib/apt/lists -type f ! -name lock") == ""
+    # /tmp holds nothing but the empty folders the BuildKit Dockerfile's first step laid
+    # down as its steps' mount targets (render.mount_stubs): no file, nothing else.
+    cell = load_cells(sorted((ROOT / "pinning").glob("*.toml")))[CUDA_CELL]
+    folders = mount_stub_folders(stub_layer_names(cell, _lock()))
+    targets = {f"/{name}" for name in folders if name.startswith("tmp/")}
+    assert set(box.check_output("find /tmp -mindepth 1").split()) <= targets
+    assert box.check_output("find /tmp -mindepth 1 \\( ! -type d -o ! -empty \\) "
+                            "! -path /tmp/context ! -path /tmp/wheelhouse") == ""
 
 
 def test_the_build_guard_passes_in_the_image_and_refuses_another_torch(host):

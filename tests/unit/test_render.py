@@ -471,6 +471,23 @@ def test_the_stubs_tar_is_the_same_bytes_on_every_render():
     assert STUBS_TAR not in _render(SYNTHETIC[CPU_CELL], "stable").files  # classic: none
 
 
+@pytest.mark.parametrize("cell_id", [c.id for c in SYNTHETIC.values()
+                                     if {"stable", "enhanced"} <= set(c.variants)
+                                     and c.attention is not None])
+def test_stable_and_enhanced_share_every_buildkit_step_below_attention(shipped_cells, cell_id):
+    # The enhanced build reuses stable's layers only if each step below the attention layer
+    # is the same text and the same context files: the stubs tar once named the variant's
+    # own wheel folders, so the very first step differed and CI built two whole CUDA images.
+    stable, enhanced = (_render(shipped_cells[cell_id], v, builder="buildkit")
+                        for v in ("stable", "enhanced"))
+    assert stable.files[STUBS_TAR] == enhanced.files[STUBS_TAR]
+    with tarfile.open(fileobj=io.BytesIO(stable.files[STUBS_TAR].encode("ascii"))) as tar:
+        assert "tmp/wheelhouse/attention" in tar.getnames()
+    steps = {v: _instructions(r.dockerfile) for v, r in (("s", stable), ("e", enhanced))}
+    cut = next(i for i, step in enumerate(steps["e"]) if "wheels/attention" in step)
+    assert steps["s"][:cut] == steps["e"][:cut]
+
+
 def test_the_venv_step_drops_what_of_ensurepip_s_the_lock_pins():
     # The shipped CPU lock pins setuptools (stack layer): the venv step removes ensurepip's
     # own, so the stack layer deletes nothing below it (a whiteout holds the time of the

@@ -47,8 +47,11 @@ def select_builder(requested: str, *, report: EngineReport, buildx: str) -> Buil
     """``auto`` prefers BuildKit where it is the engine's own default builder (Engine 23+)
     and the docker CLI has buildx, else the classic builder.
 
-    Engine 20.10's BuildKit (0.8) is opt-in there and ignores SOURCE_DATE_EPOCH, so it gains
-    nothing over the classic builder; ``--builder buildkit`` still uses it. Asking for
+    Engine 20.10's BuildKit (0.8) is opt-in there and ignores SOURCE_DATE_EPOCH: ``auto``
+    keeps the builder the engine defaults to, whose path the CI tier proves on the CPU image.
+    ``--builder buildkit`` uses it, the faster of the two there (0.86 of a hand-written
+    BuildKit build against 2.12 for the classic one, docs/benchmarks.md), its image config
+    rewritten afterwards (normalize_record). Asking for
     ``buildkit`` where it cannot run is a one-line host error, never a silent classic build.
     """
     engine = f"Docker {report.version.version}"
@@ -68,7 +71,7 @@ def select_builder(requested: str, *, report: EngineReport, buildx: str) -> Buil
         return BuilderChoice(builder="classic", native_timestamps=False, reason=missing)
     if requested == "auto" and _major(report.version) < BUILDKIT_DEFAULT_SINCE:
         reason = (f"{engine}'s BuildKit is opt-in and ignores SOURCE_DATE_EPOCH; "
-                  "--builder buildkit uses it anyway")
+                  "--builder buildkit uses it (faster there; its image config is rewritten)")
         return BuilderChoice(builder="classic", native_timestamps=False, reason=reason)
     native = native_timestamps(report.version)
     how = ("timestamps clamped by the engine (config) and the build steps (layers)" if native
