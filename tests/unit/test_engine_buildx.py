@@ -263,7 +263,7 @@ def test_the_engine_gives_back_the_context_upload_after_each_build(fake_docker, 
                    load=Loads(()))
     pruned = (tmp_path / "seen.json.prune").read_text().splitlines()
     assert pruned == ["builder prune --force --filter description~=buildkit-session"]
-    assert lines[-1] == "stackpin: gave back the uploaded build context (Total:\t3.1GB)"
+    assert lines[-1] == "stackpin: gave back the engine's copy of the uploaded build context (3.1GB)"
 
 
 def test_no_docker_cli_is_one_line_exit_8(tmp_path, monkeypatch):

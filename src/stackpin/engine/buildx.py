@@ -184,9 +184,10 @@ def give_back_uploads(env: dict[str, str], emit: Callable[[str], None]) -> None:
     """Prune the engine's idle context uploads; what was given back goes to ``emit``."""
     done = subprocess.run(["docker", "builder", "prune", "--force", "--filter", UPLOADS_FILTER],
                           env=env, capture_output=True, text=True, check=False)
-    total = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
-    if total and total[0].split(":")[-1].strip() not in ("0B", "0"):
-        emit(f"stackpin: gave back the uploaded build context ({total[0].strip()})")
+    last = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
+    size = last[0].partition(":")[2].strip() if last else ""  # "Total:  3.273GB"
+    if size not in ("", "0B"):
+        emit(f"stackpin: gave back the engine's copy of the uploaded build context ({size})")
 
 
 class _ContextWriter(threading.Thread):
