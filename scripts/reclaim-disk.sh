@@ -11,7 +11,8 @@
 #     stay);
 #   - on the matrix engines of scripts/setup-engines.sh (their data-roots are stackpin's own):
 #     stopped containers, every image and the whole build cache;
-#   - pytest's temporary folders of earlier runs (bundles of 1-2 GB each).
+#   - pytest's temporary folders of earlier runs (bundles of 1-2 GB each);
+#   - the layer frames that bundle exports keep in stackpin's machine cache.
 # Not while a build or test run is in progress: its intermediate images would be removed.
 #
 # Usage: scripts/reclaim-disk.sh [--need GIB [--or-prune-cache]] [--keep-test-temp]
@@ -64,6 +65,12 @@ done < <(bash scripts/setup-engines.sh --print-hosts)
 
 tmp_root=${TMPDIR:-/tmp}/pytest-of-$(id -un)
 if ((!keep_test_temp)) && [ -d "$tmp_root" ]; then rm -rf "$tmp_root"; fi
+# The layer frames bundle exports keep (stackpin.bundle.framecache, up to 4 GiB): only a
+# cache, the next export compresses anew. Its folder is where stackpin says it is.
+if [ -x .venv/bin/python ]; then
+    cache=$(.venv/bin/python -c 'from stackpin.cache import cache_dir; print(cache_dir())')
+    rm -rf "$cache/frames"
+fi
 
 after=$(free_gib)
 if ((after < need_gib && or_prune_cache)); then

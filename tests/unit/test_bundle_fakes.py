@@ -125,10 +125,11 @@ def cpu_selection(cells: dict[str, Cell]) -> bundle_format.Selection:
     return bundle_format.Selection(cell=cells[CPU_CELL], variant="stable", lock=lock)
 
 
-def engine_with_cpu(cells: dict[str, Cell], **image_options: object) -> FakeEngine:
+def engine_with_cpu(cells: dict[str, Cell], kind: str = "docker20",
+                    **image_options: object) -> FakeEngine:
     """The CPU cell's base and its stable image, and the SBOM probe's answer to runs."""
     selection = cpu_selection(cells)
-    engine = FakeEngine(run_stdout=PROBE_OUTPUT + "\n")
+    engine = FakeEngine(run_stdout=PROBE_OUTPUT + "\n", kind=kind)
     engine.add({"created": "2025-01-01T00:00:00Z"}, [b"base rootfs"],
                tags=(base_reference(selection.cell),))
     labels = {LABEL_DOCKERFILE_SHA256: sha256_text(cpu_dockerfile(selection)),

@@ -160,6 +160,27 @@ def test_verify_without_a_report_from_the_suite_is_a_verification_error(
 # --- bundle export ---------------------------------------------------------------------
 
 
+def test_bundle_export_keeps_layer_frames_in_the_machine_cache_unless_told_not_to(
+        tmp_path, monkeypatch, engine_seam, shipped_cells):
+    from test_bundle_fakes import project, record_cpu_build
+
+    root = project(tmp_path)
+    shutil.copytree(ROOT / "pinning", root / "pinning")
+    monkeypatch.chdir(root)
+    engine = engine_seam(engine_with_cpu(shipped_cells, kind="classic"))
+    record_cpu_build(root, engine, cpu_selection(shipped_cells))
+    for cache, flags in (("kept", ()), ("untouched", ("--no-cache",))):
+        monkeypatch.setenv("STACKPIN_CACHE_DIR", str(tmp_path / cache))
+        result = _invoke("bundle", "export", CPU_CELL, "-o", str(tmp_path / cache / "b"),
+                         *flags)
+        assert result.exit_code == 0, result.output
+    kept = sorted(p.name for p in (tmp_path / "kept").glob("frames/*/*.zst"))
+    assert len(kept) == 1  # the one layer of the stable image the fake engine builds
+    assert list((tmp_path / "untouched").glob("frames")) == []
+    bundles = [(tmp_path / c / "b" / "images.tar.zst").read_bytes() for c in ("kept", "untouched")]
+    assert bundles[0] == bundles[1]
+
+
 def test_bundle_export_writes_the_bundle_from_the_engine_it_is_given(
         tmp_path, monkeypatch, engine_seam, shipped_cells):
     from test_bundle_fakes import project, record_cpu_build

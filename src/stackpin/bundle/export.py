@@ -103,7 +103,7 @@ def _save_images(engine: Engine, resolved: Resolved, staging: Path, *, on_line: 
     on_line(f"bundle: saving {len(built)} image(s) as one stream: {', '.join(names)}")
     held = resolved.against.chains if resolved.against is not None else frozenset()
     stream, bundled = write_images(engine, names, staging / IMAGES, threads=resolved.threads,
-                                   meter=meter, held=held)
+                                   meter=meter, held=held, frame_cache=resolved.frame_cache)
     (staging / IMAGES).chmod(0o644)
     on_line(f"bundle: {IMAGES}: {stream.tar_bytes} -> {stream.bytes} bytes")
     if resolved.against is not None:
@@ -114,7 +114,8 @@ def _save_images(engine: Engine, resolved: Resolved, staging: Path, *, on_line: 
     for path, reference in (source.base_streams(built) if resolved.with_wheels else {}).items():
         on_line(f"bundle: saving the base {reference} as {path} for offline rebuilds")
         (staging / path).parent.mkdir(parents=True, exist_ok=True)
-        base, _ = write_images(engine, [reference], staging / path, threads=resolved.threads)
+        base, _ = write_images(engine, [reference], staging / path, threads=resolved.threads,
+                               frame_cache=resolved.frame_cache)
         (staging / path).chmod(0o644)
         streamed[path] = base.sha256
     images = [replace(item.image, config_digest=bundled[item.image.id].config_digest,

@@ -76,6 +76,7 @@ class ExportRequest:
     zstd_threads: int = -1  # -1: one worker per CPU; the bytes do not depend on it
     allow_rehearsal: frozenset[str] = frozenset()  # cells whose stand-in images may ship
     against: Inventory | None = None  # a site's inventory: ship only the layers it lacks
+    frame_cache: Path | None = None  # layer frames kept between exports (bundle.framecache)
 
 
 @dataclass(frozen=True, kw_only=True)

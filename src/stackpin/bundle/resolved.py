@@ -59,6 +59,7 @@ class Resolved:
     archive: Path | None  # also pack the finished folder into this tar
     top: str  # the bundle folder's name (the archive's top directory)
     against: Inventory | None = None  # a delta: leave out the layers this site holds
+    frame_cache: Path | None = None  # layer frames kept between exports
 
     @property
     def selections(self) -> tuple[Selection, ...]:
@@ -79,7 +80,7 @@ def resolve(engine: Engine, request: ExportRequest, *, archive: Path | None) -> 
         epoch=created_epoch(s.cell for s in request.selections),
         with_wheels=request.with_wheels, with_models=request.with_models,
         signer=request.signer, threads=request.zstd_threads, archive=archive,
-        top=request.out_dir.name, against=request.against,
+        top=request.out_dir.name, against=request.against, frame_cache=request.frame_cache,
     )
 
 

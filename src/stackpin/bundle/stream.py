@@ -14,11 +14,12 @@ read_across_frames=True)``) whose content is the layout's tar, byte for byte.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import itertools
 import os
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, BinaryIO
@@ -27,8 +28,18 @@ import zstandard
 
 from stackpin.bundle.delta import BaseLayer, held_layers, omitted_blobs
 from stackpin.bundle.format import ZSTD_LEVEL, StreamStats
+from stackpin.bundle.framecache import FrameCache
 from stackpin.engine import Engine, SaveRequest, chunk_stream
-from stackpin.engine.save_format import Layer, LayoutImage, Piece, read_save, write_layout
+from stackpin.engine.save_format import (
+    KnownLayer,
+    Layer,
+    LayoutImage,
+    Piece,
+    SaveContents,
+    read_save,
+    write_layout,
+)
+from stackpin.errors import BundleError
 from stackpin.meter import NO_METER, Meter, metered
 from stackpin.primitives import CHUNK, HashingWriter, read_ahead, tar_padding
 
@@ -68,6 +79,7 @@ def compress_frame(compressor: zstandard.ZstdCompressor, chunks: Iterable[bytes]
 class SpooledLayer:
     path: Path  # one zstd frame: the layer's tar, then its padding to 512 bytes
     size: int  # bytes of the uncompressed tar, without the padding
+    sha256: str = ""  # a frame from the cache: the frame's digest when it was kept
 
 
 class FrameSpool:
@@ -132,22 +144,29 @@ def frames_of(pieces: Iterable[Piece], compressor: zstandard.ZstdCompressor) -> 
     return Frames(parts=tuple(parts), tar_bytes=tar_bytes)
 
 
-def write_frames(frames: Frames, out: BinaryIO, meter: Meter) -> StreamStats:
-    """Write ``frames`` to ``out`` in order, hashing and counting the compressed bytes."""
+def write_frames(frames: Frames, out: BinaryIO, meter: Meter,
+                 ) -> tuple[StreamStats, dict[Path, str]]:
+    """Write ``frames`` to ``out`` in order, hashing and counting the compressed bytes;
+    with the sha256 of each layer's frame, taken as it was copied."""
     sink = HashingWriter(out)
+    frame_digests: dict[Path, str] = {}
     meter.start("write", frames.compressed_bytes)
     for part in frames.parts:
         if isinstance(part, bytes):
             sink.write(part)
             meter.advance(len(part))
             continue
+        digest = hashlib.sha256()
         with part.open("rb") as frame:
             while chunk := frame.read(CHUNK):
                 sink.write(chunk)
+                digest.update(chunk)
                 meter.advance(len(chunk))
+        frame_digests[part] = digest.hexdigest()
     meter.finish()
-    return StreamStats(tar_bytes=frames.tar_bytes, bytes=sink.size,
-                       sha256=sink.sha256.hexdigest())
+    stats = StreamStats(tar_bytes=frames.tar_bytes, bytes=sink.size,
+                        sha256=sink.sha256.hexdigest())
+    return stats, frame_digests
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,6 +181,7 @@ class BundledImage:
 
 def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: int,
                  meter: Meter = NO_METER, held: frozenset[str] = frozenset(),
+                 frame_cache: Path | None = None,
                  ) -> tuple[StreamStats, dict[str, BundledImage]]:
     """Save ``names`` as one stream and write it, rewritten, compressed and hashed, to ``path``.
 
@@ -173,10 +193,13 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
     image's IDs by its source ID. ``meter`` counts the save stream ("save": the images'
     sizes are its estimated total; compression runs meanwhile) and then the compressed
     bytes written ("write"). ``held``: chain IDs the site holds (``bundle.delta``): a
-    layer held wherever the images use it is left out of the stream.
+    layer held wherever the images use it is left out of the stream. ``frame_cache``: a
+    folder of frames kept between exports (``framecache``): a layer an earlier export
+    compressed is hashed as the save sends it and its kept frame copied.
     """
     version = engine.version()
     compressor = frame_compressor(threads)
+    cache = FrameCache(frame_cache, level=ZSTD_LEVEL) if frame_cache is not None else None
     with tempfile.TemporaryDirectory(prefix=".layers-", dir=path.parent) as folder:
         spool = FrameSpool(Path(folder), compressor)
         meter.start("save", save_estimate(engine, names), estimate=True)
@@ -185,7 +208,8 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
         # 10 s of a CUDA export's 51 went to this thread waiting on the socket).
         save = engine.save(SaveRequest(images=tuple(sorted(names))))
         with contextlib.closing(read_ahead(save, depth=SAVE_AHEAD)) as ahead:
-            saved = read_save(chunk_stream(metered(ahead, meter)), spool.keep)
+            saved = read_save(chunk_stream(metered(ahead, meter)), spool.keep,
+                              known=_cached_layers(cache))
         meter.finish()
         entries = sorted(saved.entries, key=lambda e: e.config_digest)
         diff_ids = [[layer.diff_id for layer in saved.layers_of(e)] for e in entries]
@@ -205,10 +229,42 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
         }
         frames = frames_of(layout.pieces, compressor)
         with path.open("wb") as out:
-            stats = write_frames(frames, out, meter)
+            stats, frame_digests = write_frames(frames, out, meter)
             out.flush()
             os.fsync(out.fileno())
+        if cache is not None:
+            _keep_frames(cache, saved, frame_digests)
     return stats, {k: replace(v, source_id=k) for k, v in bundled.items()}
+
+
+def _cached_layers(cache: FrameCache | None,
+                   ) -> Callable[[str], KnownLayer[SpooledLayer] | None]:
+    def known(blob: str) -> KnownLayer[SpooledLayer] | None:
+        found = cache.get(blob) if cache is not None else None
+        if found is None:
+            return None
+        return KnownLayer(diff_id=found.diff_id, value=SpooledLayer(
+            path=found.path, size=found.size, sha256=found.sha256))
+    return known
+
+
+def _keep_frames(cache: FrameCache, saved: SaveContents[SpooledLayer],
+                 frame_digests: Mapping[Path, str]) -> None:
+    """Check each frame copied from the cache against the digest it was kept with, and keep
+    each frame compressed now. A damaged frame fails the export (its bundle is not used)."""
+    for layer in saved.layers.values():
+        written = frame_digests.get(layer.value.path)
+        if not layer.blob or written is None:
+            continue  # a docker-archive layer, or one the bundle leaves out
+        if layer.value.sha256 and written != layer.value.sha256:
+            cache.forget(layer.blob)
+            msg = (f"the frame kept for layer {layer.blob} in {cache.folder} is damaged and "
+                   "was removed: run the export again (it compresses that layer anew)")
+            raise BundleError(msg)
+        if not layer.value.sha256:
+            cache.put(layer.blob, layer.value.path, diff_id=layer.diff_id,
+                      size=layer.value.size, sha256=written)
+    cache.trim()
 
 
 def save_estimate(engine: Engine, names: Sequence[str]) -> int:

@@ -15,6 +15,7 @@ from stackpin.bundle import export as exporting
 from stackpin.bundle import format as bundle_format
 from stackpin.bundle import load as loading
 from stackpin.bundle import verify as verifying
+from stackpin.cache import cache_dir
 from stackpin.cli.common import (
     DEFAULT_CELL,
     ENGINE,
@@ -89,16 +90,22 @@ def command() -> None:
                    "by bin/inventory.sh) says it holds. The manifest still names each image "
                    "whole; the site's load.sh and push.sh refuse it where those layers are "
                    "absent.")
+@click.option("--no-cache", is_flag=True,
+              help="Compress every layer anew: neither copy the frames earlier exports kept "
+                   "($STACKPIN_CACHE_DIR/frames, default ~/.cache/stackpin/frames) nor keep "
+                   "this export's. The bundle's bytes are the same either way.")
 @json_option
 def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool,
            sign_key: Path | None, with_wheels: bool, with_models: bool, force: bool,
-           allow_rehearsal: tuple[str, ...], inventory: Path | None, as_json: bool) -> None:
+           allow_rehearsal: tuple[str, ...], inventory: Path | None, no_cache: bool,
+           as_json: bool) -> None:
     """Export built images of CELL(s) (default: the CPU default cell) as one bundle.
 
     Every image goes into ONE docker save stream, compressed with zstd and hashed on the
-    way to disk. The export refuses images or files carrying secrets. Killing it leaves
-    nothing at OUT. Byte progress goes to stderr (a bar on a terminal, a line every 10 s
-    otherwise), as for verify and load.
+    way to disk; a layer an earlier export on this machine compressed (Docker 25 and
+    later) is hashed as the save sends it and its kept frame copied. The export refuses
+    images or files carrying secrets. Killing it leaves nothing at OUT. Byte progress goes
+    to stderr (a bar on a terminal, a line every 10 s otherwise), as for verify and load.
     """
     layout = project_layout()
     against = None
@@ -111,7 +118,7 @@ def export(cell_ids: tuple[str, ...], variant: str, out_dir: Path, archive: bool
         root=layout.root, archive=archive, with_wheels=with_wheels,
         signer=signing.Signer.load(sign_key) if sign_key else None,
         with_models=with_models, force=force, allow_rehearsal=frozenset(allow_rehearsal),
-        against=against,
+        against=against, frame_cache=None if no_cache else cache_dir() / "frames",
     )
     previous = signal.signal(signal.SIGTERM, _interrupt_on_term)
     started = time.monotonic()

@@ -30,7 +30,7 @@ import tarfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Generic, Literal, TypeVar
+from typing import IO, Any, Generic, Literal, TypeVar, cast
 
 import zstandard
 
@@ -69,6 +69,22 @@ class SavedLayer(Generic[T]):
     diff_id: str  # digest of the uncompressed tar
     compression: str  # "", "gzip" or "zstd": how the archive carried it
     value: T  # what the caller's on_layer made of it
+    # The OCI blob's digest as its member name gives it, once its bytes hashed to it; ""
+    # in a docker-archive (a layer.tar is named otherwise) or where they did not.
+    blob: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnownLayer(Generic[T]):
+    """A layer the caller holds already, by blob digest: ``read_save`` only hashes its bytes
+    against the blob's name and hands back ``value`` instead of calling ``on_layer``."""
+
+    diff_id: str
+    value: T
+
+
+def _nothing_known(blob: str) -> None:
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,10 +120,19 @@ class SaveContents(Generic[T]):
         return tuple(self.layers[name] for name in entry.layer_members)
 
 
-def _uncompressed(data: IO[bytes], head: bytes) -> tuple[IO[bytes], str]:
+def _compression(head: bytes) -> str:
     if head.startswith(GZIP_MAGIC):
-        return gzip.GzipFile(fileobj=data, mode="rb"), "gzip"  # type: ignore[return-value]
+        return "gzip"
     if head.startswith(ZSTD_MAGIC):
+        return "zstd"
+    return ""
+
+
+def _uncompressed(data: IO[bytes], head: bytes) -> tuple[IO[bytes], str]:
+    compression = _compression(head)
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=data, mode="rb"), "gzip"  # type: ignore[return-value]
+    if compression == "zstd":
         return zstandard.ZstdDecompressor().stream_reader(data), "zstd"
     return data, ""
 
@@ -120,19 +145,57 @@ def _is_layer(member: tarfile.TarInfo, head: bytes) -> bool:
     return member.name.startswith("blobs/") and not is_document
 
 
-def _read_layer(data: IO[bytes], on_layer: Callable[[IO[bytes]], T]) -> SavedLayer[T]:
-    raw, compression = _uncompressed(data, data.peek(4)[:4])  # type: ignore[attr-defined]
+def _blob_digest(name: str) -> str:
+    """``sha256:<hex>`` for an OCI blob member, else "" (a docker-archive layer.tar)."""
+    folder, _, hexdigest = name.rpartition("/")
+    if folder != "blobs/sha256" or len(hexdigest) != 64:
+        return ""
+    return f"sha256:{hexdigest}"
+
+
+def _read_layer(data: IO[bytes], on_layer: Callable[[IO[bytes]], T], *,
+                blob: str) -> SavedLayer[T]:
+    head = data.peek(4)[:4]  # type: ignore[attr-defined]
+    # A compressed blob is named by the digest of its compressed bytes: hashed as they
+    # pass, so that its frame can be found by that name next time.
+    named = HashingReader(data) if blob and _compression(head) else None
+    raw, compression = _uncompressed(data if named is None else cast(IO[bytes], named), head)
     hashing = HashingReader(raw)
     reader = io.BufferedReader(hashing, buffer_size=CHUNK)
     value = on_layer(reader)
     while reader.read(CHUNK):  # what on_layer left (the tar's end padding) counts too
         pass
     diff_id = f"sha256:{hashing.sha256.hexdigest()}"
-    return SavedLayer(diff_id=diff_id, compression=compression, value=value)
+    if named is not None:
+        while named.read(CHUNK):  # the compressed stream's own trailer
+            pass
+    digest = f"sha256:{named.sha256.hexdigest()}" if named is not None else diff_id
+    return SavedLayer(diff_id=diff_id, compression=compression, value=value,
+                      blob=blob if digest == blob else "")
 
 
-def read_save(stream: IO[bytes], on_layer: Callable[[IO[bytes]], T]) -> SaveContents[T]:
-    """Read a ``docker save`` stream of either layout; ``on_layer`` reads each layer tar."""
+def _known_layer(data: IO[bytes], blob: str, known: KnownLayer[T]) -> SavedLayer[T]:
+    """A layer the caller holds: its bytes are hashed, not unpacked; they must be the blob
+    its name says (else the stream is damaged, and nothing of the caller's may stand in)."""
+    compression = _compression(data.peek(4)[:4])  # type: ignore[attr-defined]
+    digest = hashlib.sha256()
+    while chunk := data.read(CHUNK):
+        digest.update(chunk)
+    if f"sha256:{digest.hexdigest()}" != blob:
+        msg = (f"the Docker daemon sent blob {blob} with other bytes: the save stream is "
+               "damaged; run the command again, and `docker image inspect` the image")
+        raise HostEnvironmentError(msg)
+    return SavedLayer(diff_id=known.diff_id, compression=compression, value=known.value,
+                      blob=blob)
+
+
+def read_save(stream: IO[bytes], on_layer: Callable[[IO[bytes]], T], *,
+              known: Callable[[str], KnownLayer[T] | None] = _nothing_known,
+              ) -> SaveContents[T]:
+    """Read a ``docker save`` stream of either layout; ``on_layer`` reads each layer tar.
+
+    ``known`` names the OCI blobs the caller holds already (by ``sha256:<hex>``): those are
+    only hashed against their names, and ``on_layer`` is not called for them."""
     documents: dict[str, bytes] = {}
     layers: dict[str, SavedLayer[T]] = {}
     links: dict[str, str] = {}
@@ -148,7 +211,11 @@ def read_save(stream: IO[bytes], on_layer: Callable[[IO[bytes]], T]) -> SaveCont
                     data = tar.extractfile(member)
                     assert data is not None
                     if _is_layer(member, data.peek(4)[:4]):  # type: ignore[attr-defined]
-                        layers[member.name] = _read_layer(data, on_layer)
+                        blob = _blob_digest(member.name)
+                        held = known(blob) if blob else None
+                        layers[member.name] = (
+                            _known_layer(data, blob, held) if held is not None
+                            else _read_layer(data, on_layer, blob=blob))
                     elif member.size <= MAX_DOCUMENT:
                         documents[member.name] = data.read()
     except (tarfile.TarError, OSError, EOFError, zstandard.ZstdError) as exc:

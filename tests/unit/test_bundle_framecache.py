@@ -1,0 +1,166 @@
+"""Layer frames kept between exports: copied only for the very bytes they were made from.
+
+Each test holds a broken cache to what it must do: a second export compresses nothing it
+compressed before and writes the same bytes as an export without the cache; a damaged
+frame, a save blob whose bytes are not its name, a record without its frame, or a cache
+of another zstd level never reach a bundle.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+from test_bundle_fakes import layer_bytes
+from tests.fake_engine import FakeEngine
+
+from stackpin.bundle import stream as streaming
+from stackpin.bundle.format import ZSTD_LEVEL
+from stackpin.bundle.framecache import FrameCache
+from stackpin.engine import SaveRequest, chunk_stream
+from stackpin.engine.save_format import KnownLayer, read_save
+from stackpin.errors import BundleError, HostEnvironmentError
+
+NAMES = ["x:1", "y:1"]
+
+
+def _engine(kind: str) -> FakeEngine:
+    engine = FakeEngine(kind=kind)
+    engine.add({"n": "a"}, [layer_bytes("shared", 8192), layer_bytes("odd", 1000)],
+               tags=("x:1",))
+    engine.add({"n": "b"}, [layer_bytes("shared", 8192), layer_bytes("b", 4096)],
+               tags=("y:1",))
+    return engine
+
+
+def _export(engine: FakeEngine, path: Path, cache: Path | None,
+            compressed: list[int] | None = None,
+            monkeypatch: pytest.MonkeyPatch | None = None, names: list[str] = NAMES) -> bytes:
+    """Export NAMES to ``path``; ``compressed`` collects the size of each layer compressed."""
+    if monkeypatch is not None and compressed is not None:
+        keep = streaming.FrameSpool.keep
+
+        def counting(spool: streaming.FrameSpool, data: io.BufferedIOBase,
+                     ) -> streaming.SpooledLayer:
+            spooled = keep(spool, data)
+            compressed.append(spooled.size)
+            return spooled
+
+        monkeypatch.setattr(streaming.FrameSpool, "keep", counting)
+    streaming.write_images(engine, names, path, threads=1, frame_cache=cache)
+    return path.read_bytes()
+
+
+def _frames(cache: Path) -> list[Path]:
+    return sorted(cache.glob("*/*.zst"))
+
+
+@pytest.mark.parametrize("kind", ["classic", "containerd"])
+def test_a_second_export_compresses_no_layer_and_writes_the_same_bytes(tmp_path, kind,
+                                                                      monkeypatch):
+    engine = _engine(kind)
+    reference = _export(engine, tmp_path / "plain.zst", cache=None)
+    first: list[int] = []
+    assert _export(engine, tmp_path / "1.zst", tmp_path / "cache", first, monkeypatch) == reference
+    assert len(first) == 3 and len(_frames(tmp_path / "cache")) == 3  # the shared layer once
+    second: list[int] = []
+    assert _export(engine, tmp_path / "2.zst", tmp_path / "cache", second, monkeypatch) == reference
+    assert second == []
+    # One new layer: only it is compressed; the bundle is still the one made without a cache.
+    engine.add({"n": "c"}, [layer_bytes("shared", 8192), layer_bytes("new", 2048)],
+               tags=("z:1",))
+    names = [*NAMES, "z:1"]
+    streaming.write_images(engine, names, tmp_path / "plain3.zst", threads=1)
+    third: list[int] = []
+    _export(engine, tmp_path / "3.zst", tmp_path / "cache", third, monkeypatch, names=names)
+    assert third == [2048]
+    assert (tmp_path / "3.zst").read_bytes() == (tmp_path / "plain3.zst").read_bytes()
+
+
+def test_a_docker_archive_keeps_no_frame(tmp_path):
+    # Engine 20.10 names a layer <v1 id>/layer.tar: nothing to find it by before reading it.
+    engine = _engine("docker20")
+    reference = _export(engine, tmp_path / "plain.zst", cache=None)
+    assert _export(engine, tmp_path / "1.zst", tmp_path / "cache") == reference
+    assert _frames(tmp_path / "cache") == []
+
+
+def test_a_damaged_frame_fails_the_export_is_removed_and_the_next_export_mends_it(tmp_path):
+    engine = _engine("classic")
+    reference = _export(engine, tmp_path / "plain.zst", cache=None)
+    _export(engine, tmp_path / "1.zst", tmp_path / "cache")
+    victim = max(_frames(tmp_path / "cache"), key=lambda p: p.stat().st_size)
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size: only its digest can tell
+    victim.write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="is damaged and was removed: run the export again"):
+        _export(engine, tmp_path / "2.zst", tmp_path / "cache")
+    assert not victim.exists() and not victim.with_suffix(".json").exists()
+    assert _export(engine, tmp_path / "3.zst", tmp_path / "cache") == reference
+    assert victim.exists()
+
+
+def test_a_frame_without_its_record_or_of_another_size_is_not_used(tmp_path):
+    engine = _engine("classic")
+    _export(engine, tmp_path / "1.zst", tmp_path / "cache")
+    frames = _frames(tmp_path / "cache")
+    frames[0].with_suffix(".json").unlink()  # a put cut short before its record
+    record = frames[1].with_suffix(".json")
+    fields = json.loads(record.read_text())
+    record.write_text(json.dumps({**fields, "bytes": fields["bytes"] + 1}))  # truncated frame
+    cache = FrameCache(tmp_path / "cache", level=ZSTD_LEVEL)
+    blobs = [f"sha256:{f.stem}" for f in frames]
+    assert [cache.get(b) is None for b in blobs] == [True, True, False]
+    assert cache.get("sha256:" + "0" * 64) is None
+    assert cache.get("../../etc/passwd") is None
+
+
+def test_frames_of_another_level_are_another_cache(tmp_path):
+    engine = _engine("classic")
+    _export(engine, tmp_path / "1.zst", tmp_path / "cache")
+    blob = f"sha256:{_frames(tmp_path / 'cache')[0].stem}"
+    assert FrameCache(tmp_path / "cache", level=ZSTD_LEVEL).get(blob) is not None
+    assert FrameCache(tmp_path / "cache", level=ZSTD_LEVEL + 1).get(blob) is None
+
+
+def test_a_blob_whose_bytes_are_not_its_name_is_refused_though_a_frame_is_kept(tmp_path):
+    engine = _engine("classic")
+    save = b"".join(engine.save(SaveRequest(images=tuple(NAMES))))
+    with tarfile.open(fileobj=io.BytesIO(save)) as tar:
+        member = next(m for m in tar if m.name.startswith("blobs/")
+                      and layer_bytes("odd", 1000)[:16] in tar.extractfile(m).read())
+    name = member.name.encode()
+    start = save.index(name)  # the member's header; its body starts one block on
+    body = start - start % 512 + 512
+    damaged = bytearray(save)
+    damaged[body + 100] ^= 0xFF
+    blob = f"sha256:{member.name.rsplit('/', 1)[1]}"
+    held = KnownLayer(diff_id=blob, value="kept")
+
+    def known(name: str) -> KnownLayer[str] | None:
+        return held if name == blob else None
+
+    with pytest.raises(HostEnvironmentError, match=f"sent blob {blob} with other bytes"):
+        read_save(chunk_stream(iter([bytes(damaged)])), lambda d: "read", known=known)
+    # The same stream undamaged: the kept value stands in, nothing else does.
+    contents = read_save(chunk_stream(iter([save])), lambda d: "read", known=known)
+    values = sorted(layer.value for layer in contents.layers.values())
+    assert values == ["kept", "read", "read"]
+    assert all(layer.blob for layer in contents.layers.values())
+
+
+def test_the_least_recently_used_frames_go_first_past_the_size(tmp_path):
+    engine = _engine("classic")
+    _export(engine, tmp_path / "1.zst", tmp_path / "cache")
+    frames = _frames(tmp_path / "cache")
+    sizes = {f: f.stat().st_size for f in frames}
+    for age, frame in enumerate(frames):  # frames[0] used longest ago
+        os.utime(frame.with_suffix(".json"), (1000 + age, 1000 + age))
+    keep = sizes[frames[1]] + sizes[frames[2]]
+    FrameCache(tmp_path / "cache", level=ZSTD_LEVEL, keep_bytes=keep).trim()
+    assert _frames(tmp_path / "cache") == frames[1:]
+    assert not frames[0].with_suffix(".json").exists()
