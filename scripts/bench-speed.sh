@@ -5,7 +5,8 @@
 #      (docker buildx build --no-cache --network none) in stackpin's own staged context;
 #      rounds alternate which of the two goes first;
 #   2. whole `stackpin bundle export` against `docker save -o` of the same image, rounds
-#      alternating the order;
+#      alternating the order: first `--no-cache` (every layer compressed), then with the
+#      frames an untimed export kept (stackpin.bundle.framecache; none on Engine 20.10);
 #   3. bundle size: images.tar.zst against `zstd -3` of the saved tar; then the verified
 #      `stackpin bundle load` against `zstd -dc images.tar.zst | docker load`, each into a
 #      store without the image (removed before every load), rounds alternating the order
@@ -13,7 +14,8 @@
 #   4. warm rebuild after one stack pin change (python-docx 1.2.0 -> 1.1.2, locked and fetched
 #      before any timing), each on the cache its cold builds left: stackpin build against
 #      the hand-written Dockerfile in the changed context (one round: a second would be
-#      cached whole).
+#      cached whole); then the changed image's export, with the frames of the first image's
+#      exports kept, against its `docker save -o` (one pair).
 # The cell is the CPU default renamed (BENCH_CELL, its lock rewritten to match), so the
 # shared engine's CPU tags are never moved; its images are removed after each engine.
 # Prints every run's seconds as it ends, then one Markdown row per engine (ratios of the
@@ -114,7 +116,7 @@ gone() {  # gone IMAGE: the image and every tag of it removed, so a load brings 
 }
 
 rows=()
-while IFS== read -r name host; do
+while IFS='=' read -r name host; do
     case " ${BENCH_ENGINES:-$name} " in *" $name "*) ;; *) continue ;; esac
     export DOCKER_HOST=$host
     store=$("$sp" doctor --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["store"])')
@@ -123,7 +125,9 @@ while IFS== read -r name host; do
         (cd "$work/$p" && "$sp" build "$bench" --prepare-only >>"$work/log" 2>&1)
     done
     hand_tag=stackpin-bench-speed/handwritten:$name
-    sp_cold=() hand_cold=() sp_export=() save=()
+    sp_cold=() hand_cold=() sp_export=() save=() kept_export=() kept_save=()
+    frames=$("$py" -c 'from stackpin.cache import cache_dir; print(cache_dir())')/frames
+    rm -rf "$frames"
     for round in $(seq 1 "${BENCH_ROUNDS:-1}"); do
         a() { (cd "$work/a" && "$sp" build "$bench" --no-cache --builder "${BENCH_BUILDER:-auto}" --json >"$work/cold.json"); }
         b() { hand "$work/a" "$hand_tag" --no-cache; }
@@ -140,12 +144,25 @@ while IFS== read -r name host; do
     same_installs "$image" "$hand_tag"
     for round in $(seq 1 "${BENCH_EXPORT_ROUNDS:-2}"); do
         rm -rf "$work/bundle" "$work/save.tar"
-        a() { (cd "$work/a" && "$sp" bundle export "$bench" -o "$work/bundle"); }
+        a() { (cd "$work/a" && "$sp" bundle export "$bench" --no-cache -o "$work/bundle"); }
         b() { docker save "$image" -o "$work/save.tar"; }
         if [ $((round % 2)) = 1 ]; then timed e a; timed v b; else timed v b; timed e a; fi
         sp_export+=("$e") save+=("$v")
-        echo "$name export round $round: bundle export $e s, docker save $v s ($(( $(stat -c %s "$work/save.tar") >> 20 )) MiB)"
+        echo "$name export round $round: bundle export --no-cache $e s, docker save $v s ($(( $(stat -c %s "$work/save.tar") >> 20 )) MiB)"
     done
+    cold_sum=$(sha256sum <"$work/bundle/images.tar.zst")
+    (cd "$work/a" && "$sp" bundle export "$bench" -o "$work/bundle" --force >>"$work/log" 2>&1)
+    for round in $(seq 1 "${BENCH_EXPORT_ROUNDS:-2}"); do
+        rm -rf "$work/bundle" "$work/save.tar"
+        a() { (cd "$work/a" && "$sp" bundle export "$bench" -o "$work/bundle"); }
+        b() { docker save "$image" -o "$work/save.tar"; }
+        if [ $((round % 2)) = 1 ]; then timed e a; timed v b; else timed v b; timed e a; fi
+        kept_export+=("$e") kept_save+=("$v")
+        echo "$name export round $round, frames kept: bundle export $e s ($(find "$frames" -name '*.zst' 2>/dev/null | wc -l) frames kept), docker save $v s"
+    done
+    # The kept frames must not change a byte of the bundle.
+    [ "$(sha256sum <"$work/bundle/images.tar.zst")" = "$cold_sum" ] || {
+        echo "bench: the export with kept frames wrote other bytes than --no-cache" >&2; exit 1; }
     zstd -q -3 -T2 "$work/save.tar" -o "$work/save.tar.zst"
     bz=$(stat -c %s "$work/bundle/images.tar.zst") zs=$(stat -c %s "$work/save.tar.zst")
     echo "$name size: bundle images.tar.zst $bz B, zstd -3 of the save $zs B"
@@ -164,7 +181,7 @@ while IFS== read -r name host; do
     echo "$name layers of the cold build: $(docker image inspect --format '{{json .RootFS.Layers}}' "$image")"
     if [ "${BENCH_WARM:-1}" = 0 ]; then
         w=- hw=-
-        rows+=("| $name | $store | $(median "${sp_cold[@]}") / $(median "${hand_cold[@]}") = $(ratio "$(median "${sp_cold[@]}")" "$(median "${hand_cold[@]}")") | not run (BENCH_WARM=0) | $(median "${sp_export[@]}") / $(median "${save[@]}") = $(ratio "$(median "${sp_export[@]}")" "$(median "${save[@]}")") | $(median "${sp_load[@]}") / $(median "${plain_load[@]}") = $(ratio "$(median "${sp_load[@]}")" "$(median "${plain_load[@]}")") | $(ratio "$bz" "$zs") |")
+        rows+=("| $name | $store | $(median "${sp_cold[@]}") / $(median "${hand_cold[@]}") = $(ratio "$(median "${sp_cold[@]}")" "$(median "${hand_cold[@]}")") | not run (BENCH_WARM=0) | $(median "${sp_export[@]}") / $(median "${save[@]}") = $(ratio "$(median "${sp_export[@]}")" "$(median "${save[@]}")") | $(median "${kept_export[@]}") / $(median "${kept_save[@]}") = $(ratio "$(median "${kept_export[@]}")" "$(median "${kept_save[@]}")") | not run | $(median "${sp_load[@]}") / $(median "${plain_load[@]}") = $(ratio "$(median "${sp_load[@]}")" "$(median "${plain_load[@]}")") | $(ratio "$bz" "$zs") |")
         docker images -q --filter "label=io.stackpin.cell=$bench" | sort -u | xargs -r docker rmi -f >/dev/null
         docker rmi -f "$hand_tag" >/dev/null
         continue
@@ -172,14 +189,20 @@ while IFS== read -r name host; do
     timed w bash -c "cd '$work/pin' && '$sp' build '$bench' --builder '${BENCH_BUILDER:-auto}' --json >'$work/pin.json'"
     timed hw hand "$work/pin" "$hand_tag-pin"
     echo "$name warm after one pin change: stackpin $w s (steps cached $(field "$work/pin.json" cached_steps)/$(field "$work/pin.json" steps)), hand-written $hw s"
+    pin_image=$(field "$work/pin.json" image_id)
+    timed pe bash -c "cd '$work/pin' && '$sp' bundle export '$bench' -o '$work/pin-bundle'"
+    timed ps docker save "$pin_image" -o "$work/save.tar"
+    echo "$name export after the pin change, the first image's frames kept: bundle export $pe s, docker save $ps s"
+    rm -rf "$work/pin-bundle" "$work/save.tar"
     docker images -q --filter "label=io.stackpin.cell=$bench" | sort -u | xargs -r docker rmi -f >/dev/null
     docker rmi -f "$hand_tag" "$hand_tag-pin" >/dev/null
     c=$(median "${sp_cold[@]}") hc=$(median "${hand_cold[@]}") x=$(median "${sp_export[@]}") sv=$(median "${save[@]}")
     l=$(median "${sp_load[@]}") p=$(median "${plain_load[@]}")
-    rows+=("| $name | $store | $c / $hc = $(ratio "$c" "$hc") | $w / $hw = $(ratio "$w" "$hw") | $x / $sv = $(ratio "$x" "$sv") | $l / $p = $(ratio "$l" "$p") | $(ratio "$bz" "$zs") |")
+    kx=$(median "${kept_export[@]}") ks=$(median "${kept_save[@]}")
+    rows+=("| $name | $store | $c / $hc = $(ratio "$c" "$hc") | $w / $hw = $(ratio "$w" "$hw") | $x / $sv = $(ratio "$x" "$sv") | $kx / $ks = $(ratio "$kx" "$ks") | $pe / $ps = $(ratio "$pe" "$ps") | $l / $p = $(ratio "$l" "$p") | $(ratio "$bz" "$zs") |")
 done < <(bash scripts/setup-engines.sh --print-hosts)
 
 echo
-echo "| engine | store | cold build s: stackpin / hand-written | warm after one pin change s | bundle export / docker save s | verified load / plain load s | bundle / zstd -3 size |"
-echo "|---|---|---|---|---|---|---|"
+echo "| engine | store | cold build s: stackpin / hand-written | warm after one pin change s | bundle export --no-cache / docker save s | export, frames kept / docker save s | export after the pin change / docker save s | verified load / plain load s | bundle / zstd -3 size |"
+echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

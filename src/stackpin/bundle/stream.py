@@ -144,10 +144,10 @@ def frames_of(pieces: Iterable[Piece], compressor: zstandard.ZstdCompressor) -> 
     return Frames(parts=tuple(parts), tar_bytes=tar_bytes)
 
 
-def write_frames(frames: Frames, out: BinaryIO, meter: Meter,
+def write_frames(frames: Frames, out: BinaryIO, meter: Meter, *, each_frame: bool = False,
                  ) -> tuple[StreamStats, dict[Path, str]]:
     """Write ``frames`` to ``out`` in order, hashing and counting the compressed bytes;
-    with the sha256 of each layer's frame, taken as it was copied."""
+    with ``each_frame``, the sha256 of each layer's frame too, taken as it was copied."""
     sink = HashingWriter(out)
     frame_digests: dict[Path, str] = {}
     meter.start("write", frames.compressed_bytes)
@@ -156,13 +156,15 @@ def write_frames(frames: Frames, out: BinaryIO, meter: Meter,
             sink.write(part)
             meter.advance(len(part))
             continue
-        digest = hashlib.sha256()
+        digest = hashlib.sha256() if each_frame else None
         with part.open("rb") as frame:
             while chunk := frame.read(CHUNK):
                 sink.write(chunk)
-                digest.update(chunk)
+                if digest is not None:
+                    digest.update(chunk)
                 meter.advance(len(chunk))
-        frame_digests[part] = digest.hexdigest()
+        if digest is not None:
+            frame_digests[part] = digest.hexdigest()
     meter.finish()
     stats = StreamStats(tar_bytes=frames.tar_bytes, bytes=sink.size,
                         sha256=sink.sha256.hexdigest())
@@ -229,7 +231,8 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
         }
         frames = frames_of(layout.pieces, compressor)
         with path.open("wb") as out:
-            stats, frame_digests = write_frames(frames, out, meter)
+            stats, frame_digests = write_frames(frames, out, meter,
+                                                each_frame=cache is not None)
             out.flush()
             os.fsync(out.fileno())
         if cache is not None:
