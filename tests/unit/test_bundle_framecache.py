@@ -164,3 +164,23 @@ def test_the_least_recently_used_frames_go_first_past_the_size(tmp_path):
     FrameCache(tmp_path / "cache", level=ZSTD_LEVEL, keep_bytes=keep).trim()
     assert _frames(tmp_path / "cache") == frames[1:]
     assert not frames[0].with_suffix(".json").exists()
+
+
+def test_a_record_naming_another_diff_id_for_an_uncompressed_blob_is_not_believed(tmp_path):
+    # An uncompressed blob is named by its own diff_id: a record saying otherwise is wrong,
+    # and its layer is compressed again (and its record mended) instead of trusted.
+    engine = _engine("classic")
+    reference = _export(engine, tmp_path / "plain.zst", cache=None)
+    _export(engine, tmp_path / "1.zst", tmp_path / "cache")
+    record = _frames(tmp_path / "cache")[0].with_suffix(".json")
+    fields = json.loads(record.read_text())
+    record.write_text(json.dumps({**fields, "diff_id": "sha256:" + "1" * 64}))
+    assert _export(engine, tmp_path / "2.zst", tmp_path / "cache") == reference
+    assert json.loads(record.read_text())["diff_id"] == fields["diff_id"]
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_bundle_whole(tmp_path):
+    engine = _engine("classic")
+    reference = _export(engine, tmp_path / "plain.zst", cache=None)
+    (tmp_path / "cache").write_text("a file where the cache folder would go")
+    assert _export(engine, tmp_path / "1.zst", tmp_path / "cache") == reference

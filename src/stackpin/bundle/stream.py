@@ -265,9 +265,13 @@ def _keep_frames(cache: FrameCache, saved: SaveContents[SpooledLayer],
                    "was removed: run the export again (it compresses that layer anew)")
             raise BundleError(msg)
         if not layer.value.sha256:
-            cache.put(layer.blob, layer.value.path, diff_id=layer.diff_id,
-                      size=layer.value.size, sha256=written)
-    cache.trim()
+            # A cache that cannot be written only makes the next export slower: the bundle
+            # is whole already.
+            with contextlib.suppress(OSError):
+                cache.put(layer.blob, layer.value.path, diff_id=layer.diff_id,
+                          size=layer.value.size, sha256=written)
+    with contextlib.suppress(OSError):
+        cache.trim()
 
 
 def save_estimate(engine: Engine, names: Sequence[str]) -> int:

@@ -213,6 +213,9 @@ def read_save(stream: IO[bytes], on_layer: Callable[[IO[bytes]], T], *,
                     if _is_layer(member, data.peek(4)[:4]):  # type: ignore[attr-defined]
                         blob = _blob_digest(member.name)
                         held = known(blob) if blob else None
+                        if held is not None and held.diff_id != blob and not _compression(
+                                data.peek(4)[:4]):  # type: ignore[attr-defined]
+                            held = None  # an uncompressed blob is its own diff_id
                         layers[member.name] = (
                             _known_layer(data, blob, held) if held is not None
                             else _read_layer(data, on_layer, blob=blob))
