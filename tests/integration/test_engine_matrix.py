@@ -257,6 +257,41 @@ def test_rebuild_check_elsewhere_gives_the_same_identity(matrix_engine, matrix_b
     assert len(steps) > 2 and all(" FROM " in steps[vertex] for vertex in cached & set(steps))
 
 
+def test_a_second_export_copies_its_kept_frames_and_writes_the_same_bundle(
+        matrix_engine, matrix_build, tmp_path):
+    """Layer frames are kept by the blob digest an OCI-layout save names a layer with (Docker
+    25 and later, either store): the second export copies every one (none is written anew),
+    and `--no-cache`, the first and the second export write the same bytes. Engine 20.10's
+    docker-archive names no layer by digest: nothing is kept there. It stands before the load
+    tests: on the containerd store a load retags the image by the bundle's manifest digest,
+    which the build record does not name."""
+    copy = Path(str(matrix_build["checkout"]))
+    cache = tmp_path / "cache"
+    env = {**on(matrix_engine), "STACKPIN_CACHE_DIR": str(cache)}
+
+    def export(name: str, *flags: str) -> bytes:
+        done = stackpin(copy, "bundle", "export", MATRIX_CELL, "-o", str(tmp_path / name),
+                        *flags, env=env)
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+        return (tmp_path / name / "images.tar.zst").read_bytes()
+
+    cold = export("cold", "--no-cache")
+    assert not (cache / "frames").exists()
+    first = export("first")
+    kept = {frame: frame.stat().st_ino for frame in (cache / "frames").glob("*/*.zst")}
+    second = export("second")
+    assert cold == first == second
+    info = matrix_engine.image_info(str(matrix_build["image_id"]))
+    assert info is not None
+    if matrix_engine.version().version.startswith("20."):
+        assert kept == {}
+        return
+    # The containerd store names gzip blobs by their compressed digest, the classic store by
+    # the diff ID: one frame per distinct layer either way.
+    assert len(kept) == len(set(info.diff_ids)) > 1
+    assert {frame: frame.stat().st_ino for frame in kept} == kept
+
+
 @pytest.fixture(scope="session")
 def matrix_bundle(matrix_engine, matrix_build, tmp_path_factory) -> tuple[Path, Path]:
     """The signed bundle of the matrix image, exported from the engine under test."""
@@ -355,35 +390,3 @@ def _remove_tags(engine: DockerEngine, image_id: str) -> None:
     assert engine.image_info(image_id) is None
 
 
-
-def test_a_second_export_copies_its_kept_frames_and_writes_the_same_bundle(
-        matrix_engine, matrix_build, tmp_path):
-    """Layer frames are kept by the blob digest an OCI-layout save names a layer with (Docker
-    25 and later, either store): the second export copies every one (none is written anew),
-    and `--no-cache`, the first and the second export write the same bytes. Engine 20.10's
-    docker-archive names no layer by digest: nothing is kept there."""
-    copy = Path(str(matrix_build["checkout"]))
-    cache = tmp_path / "cache"
-    env = {**on(matrix_engine), "STACKPIN_CACHE_DIR": str(cache)}
-
-    def export(name: str, *flags: str) -> bytes:
-        done = stackpin(copy, "bundle", "export", MATRIX_CELL, "-o", str(tmp_path / name),
-                        *flags, env=env)
-        assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-        return (tmp_path / name / "images.tar.zst").read_bytes()
-
-    cold = export("cold", "--no-cache")
-    assert not (cache / "frames").exists()
-    first = export("first")
-    kept = {frame: frame.stat().st_ino for frame in (cache / "frames").glob("*/*.zst")}
-    second = export("second")
-    assert cold == first == second
-    info = matrix_engine.image_info(str(matrix_build["image_id"]))
-    assert info is not None
-    if matrix_engine.version().version.startswith("20."):
-        assert kept == {}
-        return
-    # The containerd store names gzip blobs by their compressed digest, the classic store by
-    # the diff ID: one frame per distinct layer either way.
-    assert len(kept) == len(set(info.diff_ids)) > 1
-    assert {frame: frame.stat().st_ino for frame in kept} == kept
