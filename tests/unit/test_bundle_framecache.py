@@ -184,3 +184,17 @@ def test_a_cache_that_cannot_be_written_leaves_the_bundle_whole(tmp_path):
     reference = _export(engine, tmp_path / "plain.zst", cache=None)
     (tmp_path / "cache").write_text("a file where the cache folder would go")
     assert _export(engine, tmp_path / "1.zst", tmp_path / "cache") == reference
+
+
+@pytest.mark.parametrize("kind", ["classic", "containerd"])
+def test_blobs_are_named_only_for_a_caller_that_holds_layers(kind):
+    # Naming a gzip blob costs a second sha256 over its compressed bytes: a reader that
+    # passes no ``known`` (rebuild, unpack, an export with --no-cache) does not pay it.
+    save = b"".join(_engine(kind).save(SaveRequest(images=tuple(NAMES))))
+    plain = read_save(chunk_stream(iter([save])), lambda d: d.read())
+    asking = read_save(chunk_stream(iter([save])), lambda d: d.read(), known=lambda b: None)
+    assert [layer.blob for layer in plain.layers.values()] == ["", "", ""]
+    assert [layer.blob for layer in asking.layers.values()] == [
+        f"sha256:{name.rsplit('/', 1)[1]}" for name in asking.layers]
+    assert {n: (x.diff_id, x.value) for n, x in plain.layers.items()} == {
+        n: (x.diff_id, x.value) for n, x in asking.layers.items()}

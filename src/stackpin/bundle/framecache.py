@@ -43,8 +43,8 @@ class FrameCache:
     """Frames by blob digest (``sha256:<hex>``) for one zstd level and libzstd version."""
 
     def __init__(self, root: Path, *, level: int, keep_bytes: int = KEEP_BYTES) -> None:
-        self.folder = root / f"zstd-{zstandard.ZSTD_VERSION[0]}.{zstandard.ZSTD_VERSION[1]}." \
-                             f"{zstandard.ZSTD_VERSION[2]}-level{level}"
+        libzstd = ".".join(map(str, zstandard.ZSTD_VERSION))
+        self.folder = root / f"zstd-{libzstd}-level{level}"
         self._keep_bytes = keep_bytes
 
     def _paths(self, blob: str) -> tuple[Path, Path] | None:

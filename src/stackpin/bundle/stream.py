@@ -211,7 +211,7 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
         save = engine.save(SaveRequest(images=tuple(sorted(names))))
         with contextlib.closing(read_ahead(save, depth=SAVE_AHEAD)) as ahead:
             saved = read_save(chunk_stream(metered(ahead, meter)), spool.keep,
-                              known=_cached_layers(cache))
+                              known=_cached_layers(cache) if cache is not None else None)
         meter.finish()
         entries = sorted(saved.entries, key=lambda e: e.config_digest)
         diff_ids = [[layer.diff_id for layer in saved.layers_of(e)] for e in entries]
@@ -240,10 +240,9 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
     return stats, {k: replace(v, source_id=k) for k, v in bundled.items()}
 
 
-def _cached_layers(cache: FrameCache | None,
-                   ) -> Callable[[str], KnownLayer[SpooledLayer] | None]:
+def _cached_layers(cache: FrameCache) -> Callable[[str], KnownLayer[SpooledLayer] | None]:
     def known(blob: str) -> KnownLayer[SpooledLayer] | None:
-        found = cache.get(blob) if cache is not None else None
+        found = cache.get(blob)
         if found is None:
             return None
         return KnownLayer(diff_id=found.diff_id, value=SpooledLayer(

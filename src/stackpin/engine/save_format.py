@@ -39,6 +39,7 @@ from stackpin.errors import BuildError, HostEnvironmentError
 from stackpin.primitives import (
     CHUNK,
     HashingReader,
+    hash_stream,
     read_tar_stream,
     tar_end,
     tar_header,
@@ -70,7 +71,8 @@ class SavedLayer(Generic[T]):
     compression: str  # "", "gzip" or "zstd": how the archive carried it
     value: T  # what the caller's on_layer made of it
     # The OCI blob's digest as its member name gives it, once its bytes hashed to it; ""
-    # in a docker-archive (a layer.tar is named otherwise) or where they did not.
+    # in a docker-archive (a layer.tar is named otherwise), where they did not, or where
+    # read_save was given no ``known`` (nobody asked: a compressed blob is not hashed twice).
     blob: str = ""
 
 
@@ -81,10 +83,6 @@ class KnownLayer(Generic[T]):
 
     diff_id: str
     value: T
-
-
-def _nothing_known(blob: str) -> None:
-    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,9 +151,19 @@ def _blob_digest(name: str) -> str:
     return f"sha256:{hexdigest}"
 
 
-def _read_layer(data: IO[bytes], on_layer: Callable[[IO[bytes]], T], *,
+def _layer(data: IO[bytes], head: bytes, name: str, on_layer: Callable[[IO[bytes]], T],
+           known: Callable[[str], KnownLayer[T] | None] | None) -> SavedLayer[T]:
+    """One layer: a blob ``known`` holds is only hashed; any other goes to ``on_layer``."""
+    blob = _blob_digest(name) if known is not None else ""
+    held = known(blob) if known is not None and blob else None
+    # An uncompressed blob is its own diff_id: a holding that says otherwise is not believed.
+    if held is not None and (_compression(head) or held.diff_id == blob):
+        return _known_layer(data, head, blob, held)
+    return _read_layer(data, head, on_layer, blob=blob)
+
+
+def _read_layer(data: IO[bytes], head: bytes, on_layer: Callable[[IO[bytes]], T], *,
                 blob: str) -> SavedLayer[T]:
-    head = data.peek(4)[:4]  # type: ignore[attr-defined]
     # A compressed blob is named by the digest of its compressed bytes: hashed as they
     # pass, so that its frame can be found by that name next time.
     named = HashingReader(data) if blob and _compression(head) else None
@@ -174,23 +182,19 @@ def _read_layer(data: IO[bytes], on_layer: Callable[[IO[bytes]], T], *,
                       blob=blob if digest == blob else "")
 
 
-def _known_layer(data: IO[bytes], blob: str, known: KnownLayer[T]) -> SavedLayer[T]:
+def _known_layer(data: IO[bytes], head: bytes, blob: str, known: KnownLayer[T]) -> SavedLayer[T]:
     """A layer the caller holds: its bytes are hashed, not unpacked; they must be the blob
     its name says (else the stream is damaged, and nothing of the caller's may stand in)."""
-    compression = _compression(data.peek(4)[:4])  # type: ignore[attr-defined]
-    digest = hashlib.sha256()
-    while chunk := data.read(CHUNK):
-        digest.update(chunk)
-    if f"sha256:{digest.hexdigest()}" != blob:
+    if f"sha256:{hash_stream(data)[1]}" != blob:
         msg = (f"the Docker daemon sent blob {blob} with other bytes: the save stream is "
                "damaged; run the command again, and `docker image inspect` the image")
         raise HostEnvironmentError(msg)
-    return SavedLayer(diff_id=known.diff_id, compression=compression, value=known.value,
+    return SavedLayer(diff_id=known.diff_id, compression=_compression(head), value=known.value,
                       blob=blob)
 
 
 def read_save(stream: IO[bytes], on_layer: Callable[[IO[bytes]], T], *,
-              known: Callable[[str], KnownLayer[T] | None] = _nothing_known,
+              known: Callable[[str], KnownLayer[T] | None] | None = None,
               ) -> SaveContents[T]:
     """Read a ``docker save`` stream of either layout; ``on_layer`` reads each layer tar.
 
@@ -210,15 +214,9 @@ def read_save(stream: IO[bytes], on_layer: Callable[[IO[bytes]], T], *,
                 elif member.isfile():
                     data = tar.extractfile(member)
                     assert data is not None
-                    if _is_layer(member, data.peek(4)[:4]):  # type: ignore[attr-defined]
-                        blob = _blob_digest(member.name)
-                        held = known(blob) if blob else None
-                        if held is not None and held.diff_id != blob and not _compression(
-                                data.peek(4)[:4]):  # type: ignore[attr-defined]
-                            held = None  # an uncompressed blob is its own diff_id
-                        layers[member.name] = (
-                            _known_layer(data, blob, held) if held is not None
-                            else _read_layer(data, on_layer, blob=blob))
+                    head = data.peek(4)[:4]  # type: ignore[attr-defined]
+                    if _is_layer(member, head):
+                        layers[member.name] = _layer(data, head, member.name, on_layer, known)
                     elif member.size <= MAX_DOCUMENT:
                         documents[member.name] = data.read()
     except (tarfile.TarError, OSError, EOFError, zstandard.ZstdError) as exc:
