@@ -169,7 +169,8 @@ class FakeEngine:
     def version(self) -> EngineVersion:
         version = "20.10.24" if self.kind == "docker20" else "28.5.2"
         store = "containerd" if self.kind == "containerd" else "classic"
-        return EngineVersion(version=version, api_version="1.41", os="linux", arch="amd64",
+        api = "1.41" if self.kind == "docker20" else "1.51"
+        return EngineVersion(version=version, api_version=api, os="linux", arch="amd64",
                              store=store)
 
     def report(self) -> EngineReport:

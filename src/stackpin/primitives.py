@@ -19,7 +19,7 @@ import re
 import shutil
 import tarfile
 import threading
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, Literal, cast
@@ -139,29 +139,48 @@ class _Failed:
         self.error = error
 
 
-def read_ahead(chunks: Iterable[bytes], *, depth: int) -> Generator[bytes, None, None]:
+class ReadAhead(Iterator[bytes]):
     """The same chunks in the same order, produced by a worker thread up to ``depth`` ahead.
 
     A pipe such as ``zstd -dc | docker load`` decompresses the next block while the last
     one is being written; a single thread alternates, and the reader on the other side of
     a socket waits each time. zstd and hashlib release the GIL, so the worker overlaps with
-    the sending. An error of ``chunks`` is raised here after the chunks before it, in
-    order; closing this iterator stops the worker and closes ``chunks``. Memory stays
+    the sending. The worker starts at once, not at the first ``next``: a save request is
+    on its way while the caller does other work (an export writes its kept frames while
+    the daemon prepares the save). An error of ``chunks`` is raised here after the chunks
+    before it, in order; ``close`` stops the worker and closes ``chunks``. Memory stays
     bounded: at most ``depth`` chunks wait.
     """
-    waiting: queue.Queue[object] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    worker = threading.Thread(target=_produce, args=(chunks, waiting, stop), daemon=True,
-                              name="read-ahead")
-    worker.start()
-    try:
-        while (item := waiting.get()) is not _END:
+
+    def __init__(self, chunks: Iterable[bytes], *, depth: int) -> None:
+        self._waiting: queue.Queue[object] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._done = False
+        self._worker = threading.Thread(target=_produce, args=(chunks, self._waiting, self._stop),
+                                        daemon=True, name="read-ahead")
+        self._worker.start()
+
+    def __iter__(self) -> ReadAhead:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._done:
+            raise StopIteration
+        item = self._waiting.get()
+        if item is _END or isinstance(item, _Failed):
+            self.close()
             if isinstance(item, _Failed):
                 raise item.error
-            yield cast(bytes, item)  # the worker queues chunks, _END and _Failed only
-    finally:
-        stop.set()
-        worker.join()
+            raise StopIteration
+        return cast(bytes, item)  # the worker queues chunks, _END and _Failed only
+
+    def close(self) -> None:
+        self._done = True
+        self._stop.set()
+        self._worker.join()
+
+    def __del__(self) -> None:
+        self._stop.set()  # one never closed: its worker stops at its next offer
 
 
 def _produce(chunks: Iterable[bytes], waiting: queue.Queue[object],

@@ -12,6 +12,8 @@ import io
 import json
 import os
 import tarfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from stackpin.bundle import stream as streaming
 from stackpin.bundle.format import ZSTD_LEVEL
 from stackpin.bundle.framecache import FrameCache
 from stackpin.engine import SaveRequest, chunk_stream
-from stackpin.engine.save_format import KnownLayer, read_save
+from stackpin.engine.save_format import ZSTD_MAGIC, KnownLayer, read_save
 from stackpin.errors import BundleError, HostEnvironmentError
 
 NAMES = ["x:1", "y:1"]
@@ -198,3 +200,111 @@ def test_blobs_are_named_only_for_a_caller_that_holds_layers(kind):
         f"sha256:{name.rsplit('/', 1)[1]}" for name in asking.layers]
     assert {n: (x.diff_id, x.value) for n, x in plain.layers.items()} == {
         n: (x.diff_id, x.value) for n, x in asking.layers.items()}
+
+
+class _Phases:
+    """A meter that keeps each phase's label, total and count; ``on_finish`` runs at the
+    end of each phase, with its label."""
+
+    def __init__(self, on_finish=lambda label: None) -> None:
+        self.phases: list[list[object]] = []
+        self._on_finish = on_finish
+
+    def start(self, label: str, total: int, *, estimate: bool = False) -> None:
+        self.phases.append([label, total, 0])
+
+    def advance(self, count: int) -> None:
+        self.phases[-1][2] += count  # type: ignore[operator]
+
+    def finish(self) -> None:
+        self._on_finish(self.phases[-1][0])
+
+
+def _layer_frames(data: bytes) -> int:
+    """Bytes of ``data`` before its last frame (the documents'): headers and layers."""
+    return data.rfind(ZSTD_MAGIC)
+
+
+@pytest.mark.parametrize("kind", ["classic", "containerd"])
+def test_kept_frames_are_written_while_the_daemon_prepares_the_save(tmp_path, kind):
+    # The save request goes out first; every layer's kept frame is in the file before the
+    # save's first byte is read (the daemon is silent that long: 22-25 s for CUDA images).
+    engine = _engine(kind)
+    reference = _export(engine, tmp_path / "plain.zst", cache=None)
+    _export(engine, tmp_path / "1.zst", tmp_path / "cache")
+    requested, kept = threading.Event(), threading.Event()
+    out = tmp_path / "2.zst"
+    sizes_at_first_byte: list[int] = []
+    save = engine.save
+
+    def slow_daemon(request: SaveRequest) -> Iterator[bytes]:
+        requested.set()
+        assert kept.wait(30), "the kept frames were not written before the first byte"
+        sizes_at_first_byte.append(out.stat().st_size)
+        yield from save(request)
+
+    def on_finish(label: str) -> None:
+        if label == "kept":
+            assert requested.wait(30), "the save was asked for only after the kept frames"
+            kept.set()
+
+    engine.save = slow_daemon  # type: ignore[method-assign]
+    meter = _Phases(on_finish)
+    streaming.write_images(engine, NAMES, out, threads=1, frame_cache=tmp_path / "cache",
+                           meter=meter)
+    data = out.read_bytes()
+    assert data == reference
+    assert sizes_at_first_byte == [_layer_frames(data)]
+    layers = sum(f.stat().st_size for f in _frames(tmp_path / "cache"))
+    assert meter.phases[0] == ["kept", layers, layers]
+
+
+def test_an_engine_20_10_writes_no_frame_ahead_though_another_engine_kept_them(tmp_path):
+    # Its save names layers <v1 id>/layer.tar, so no kept frame could stand in for one:
+    # writing them ahead would only make the file be written twice.
+    cache = tmp_path / "cache"
+    _export(_engine("classic"), tmp_path / "1.zst", cache)
+    engine = _engine("docker20")
+    reference = _export(engine, tmp_path / "plain.zst", cache=None)
+    meter = _Phases()
+    streaming.write_images(engine, NAMES, tmp_path / "2.zst", threads=1, frame_cache=cache,
+                           meter=meter)
+    assert (tmp_path / "2.zst").read_bytes() == reference
+    assert [p[0] for p in meter.phases] == ["save", "write"]
+
+
+def test_a_record_of_another_size_for_an_uncompressed_blob_is_not_believed(tmp_path):
+    # Its frame was written ahead under a header of the wrong size: the layout the save
+    # gives differs from that start, so the file is written again, and the record mended.
+    engine = _engine("classic")
+    reference = _export(engine, tmp_path / "plain.zst", cache=None)
+    _export(engine, tmp_path / "1.zst", tmp_path / "cache")
+    record = _frames(tmp_path / "cache")[0].with_suffix(".json")
+    fields = json.loads(record.read_text())
+    record.write_text(json.dumps({**fields, "size": fields["size"] + 512}))
+    compressed: list[int] = []
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        assert _export(engine, tmp_path / "2.zst", tmp_path / "cache", compressed,
+                       monkeypatch) == reference
+    finally:
+        monkeypatch.undo()
+    assert compressed == [fields["size"]]
+    assert json.loads(record.read_text())["size"] == fields["size"]
+
+
+def test_a_compressed_blob_finds_its_frame_through_its_alias_and_trim_drops_the_orphans(
+        tmp_path):
+    engine = _engine("containerd")
+    _export(engine, tmp_path / "1.zst", tmp_path / "cache")
+    folder = next((tmp_path / "cache").iterdir())
+    aliases = sorted(folder.glob("*.alias"))
+    assert len(aliases) == 3  # every gzip blob names its layer's frame
+    cache = FrameCache(tmp_path / "cache", level=ZSTD_LEVEL)
+    for alias in aliases:
+        found = cache.get(f"sha256:{alias.stem}")
+        assert found is not None and found.path.stem == alias.read_text().split(":")[1]
+    cache.forget(aliases[0].read_text())
+    assert cache.get(f"sha256:{aliases[0].stem}") is None
+    cache.trim()
+    assert sorted(folder.glob("*.alias")) == aliases[1:]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import subprocess
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ from tests.fake_engine import FakeEngine
 
 from stackpin.bundle import stream as streaming
 from stackpin.engine import SaveRequest, chunk_stream
-from stackpin.engine.save_format import Layer, LayoutImage, read_save, write_layout
+from stackpin.engine.save_format import ZSTD_MAGIC, Layer, LayoutImage, read_save, write_layout
+from stackpin.engine.types import ImageInfo
 from stackpin.errors import HostEnvironmentError
 from stackpin.primitives import tar_padding
 
@@ -146,3 +148,49 @@ def test_the_spool_is_removed_after_an_export_and_after_a_failed_one(tmp_path):
             streaming.write_images(engine, NAMES, failed / "images.tar.zst", threads=1)
     assert kept and not any(path.exists() for path in kept)  # a layer was spooled, then gone
     assert list(failed.iterdir()) == []
+
+
+class _Phases:
+    def __init__(self) -> None:
+        self.totals: dict[str, int] = {}
+
+    def start(self, label: str, total: int, *, estimate: bool = False) -> None:
+        self.totals[label] = total
+
+    def advance(self, count: int) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+def _left_after_the_save(engine: FakeEngine, path: Path) -> tuple[int, bytes]:
+    """What the export wrote after the save had ended, and the whole file."""
+    meter = _Phases()
+    streaming.write_images(engine, NAMES, path, threads=1, meter=meter)
+    return meter.totals["write"], path.read_bytes()
+
+
+def test_layers_sent_in_the_layouts_order_are_written_while_the_save_runs(tmp_path):
+    # A classic store sends its blobs sorted by digest, and its layers are named by their
+    # diff_ids: the layout's order. Each is written as it ends, and only the documents'
+    # frame is left when the save ends.
+    left, data = _left_after_the_save(_engine("classic"), tmp_path / "classic.zst")
+    assert 0 < left == len(data) - data.rfind(ZSTD_MAGIC)
+
+
+def test_a_layer_the_configs_did_not_name_makes_the_file_be_written_again_the_same(tmp_path):
+    # The order is taken from the images' configs before the save; a save that brings a
+    # layer they did not name (an image retagged meanwhile, an engine that lies) makes what
+    # was written early wrong: the file is written again from its first byte.
+    engine = _engine("classic")
+    reference = _export(engine, tmp_path / "plain.zst")
+    info = engine.image_info
+
+    def missing_one(reference: str) -> ImageInfo | None:
+        found = info(reference)
+        return None if found is None else replace(found, diff_ids=found.diff_ids[1:])
+
+    engine.image_info = missing_one  # type: ignore[method-assign]
+    left, data = _left_after_the_save(engine, tmp_path / "again.zst")
+    assert data == reference and left == len(data)

@@ -16,8 +16,8 @@ from stackpin.primitives import (
     CHUNK,
     HashingReader,
     HashingWriter,
+    ReadAhead,
     hash_stream,
-    read_ahead,
     sha256_file,
     staged_folder,
     tar_directory,
@@ -110,7 +110,7 @@ def test_a_staged_folder_clears_what_dead_runs_left_but_not_live_ones(tmp_path: 
     assert live.exists() and other.exists()
 
 
-# --- read_ahead ---------------------------------------------------------------------------
+# --- ReadAhead ------------------------------------------------------------------------------
 
 
 def _workers() -> list[threading.Thread]:
@@ -119,7 +119,7 @@ def _workers() -> list[threading.Thread]:
 
 def test_read_ahead_gives_every_chunk_in_order():
     chunks = [bytes([i]) * (i + 1) for i in range(50)]  # many more than its depth
-    assert list(read_ahead(iter(chunks), depth=3)) == chunks
+    assert list(ReadAhead(iter(chunks), depth=3)) == chunks
     assert _workers() == []
 
 
@@ -131,7 +131,7 @@ def test_an_error_of_the_source_comes_after_the_chunks_before_it():
         yield b"b"
         raise failure
 
-    ahead = read_ahead(source(), depth=4)
+    ahead = ReadAhead(source(), depth=4)
     assert [next(ahead), next(ahead)] == [b"a", b"b"]
     with pytest.raises(ValueError, match="being loaded") as caught:
         next(ahead)
@@ -150,7 +150,7 @@ def test_the_worker_runs_at_most_depth_chunks_ahead():
                 limit_reached.set()
             yield b"x"
 
-    ahead = read_ahead(source(), depth=depth)
+    ahead = ReadAhead(source(), depth=depth)
     next(ahead)
     assert limit_reached.wait(10)
     time.sleep(0.3)  # an unbounded worker would run on through the 1000 meanwhile
@@ -168,8 +168,22 @@ def test_closing_early_stops_the_worker_and_closes_the_source():
         finally:
             closed.set()
 
-    ahead = read_ahead(source(), depth=2)
+    ahead = ReadAhead(source(), depth=2)
     next(ahead)
     ahead.close()
     assert closed.is_set()  # the source's own cleanup ran (its file is released)
+    assert _workers() == []
+
+
+def test_the_worker_asks_for_the_first_chunk_before_anyone_reads():
+    # A save request goes out at once: the export writes its kept frames meanwhile.
+    asked = threading.Event()
+
+    def source():
+        asked.set()
+        yield b"x"
+
+    ahead = ReadAhead(source(), depth=2)
+    assert asked.wait(30)
+    ahead.close()  # never read: closing still stops the worker
     assert _workers() == []

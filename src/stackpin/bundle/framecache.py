@@ -9,9 +9,12 @@ export still reads every layer the save sends and hashes it against the blob's n
 
 A frame's bytes depend on the layer's bytes, the zstd level and libzstd's version (its
 match finder changes between releases), so all three are the key: a bundle is the same
-bytes whether its frames came from here or from the compressor. Each frame's sha256 is kept
-beside it and checked as the frame is copied into a bundle. The folder is trimmed to a size,
-least recently used first.
+bytes whether its frames came from here or from the compressor. A frame is kept by its
+layer's diff_id (``<hex>.zst`` and its record ``<hex>.json``), so an export can find it
+from the image's config before the save sends anything; a compressed blob (the containerd
+store's gzip layers) is found through ``<blob hex>.alias``, which names the diff_id. Each
+frame's sha256 is kept beside it and checked as the frame is copied into a bundle. The
+folder is trimmed to a size, least recently used first.
 """
 
 from __future__ import annotations
@@ -47,18 +50,31 @@ class FrameCache:
         self.folder = root / f"zstd-{libzstd}-level{level}"
         self._keep_bytes = keep_bytes
 
-    def _paths(self, blob: str) -> tuple[Path, Path] | None:
-        algorithm, _, hexdigest = blob.partition(":")
+    def _path(self, digest: str, suffix: str) -> Path | None:
+        algorithm, _, hexdigest = digest.partition(":")
         if algorithm != "sha256" or not _HEX64.fullmatch(hexdigest):
             return None
-        return self.folder / f"{hexdigest}.zst", self.folder / f"{hexdigest}.json"
+        return self.folder / f"{hexdigest}{suffix}"
 
     def get(self, blob: str) -> CachedFrame | None:
-        """The frame kept for ``blob``, or None (never kept, or its record unreadable)."""
-        paths = self._paths(blob)
-        if paths is None:
+        """The frame kept for the save's ``blob``: its layer's own, or the one its alias
+        names; None if never kept, or its record is unreadable."""
+        found = self.layer(blob)
+        if found is not None:
+            return found
+        alias = self._path(blob, ".alias")
+        try:
+            diff_id = alias.read_text().strip() if alias is not None else ""
+        except OSError:
             return None
-        frame, record = paths
+        return self.layer(diff_id) if diff_id else None
+
+    def layer(self, diff_id: str) -> CachedFrame | None:
+        """The frame kept for the layer ``diff_id``; None if never kept, its record
+        unreadable, or the frame not the size the record says."""
+        frame, record = self._path(diff_id, ".zst"), self._path(diff_id, ".json")
+        if frame is None or record is None:
+            return None
         try:
             fields = json.loads(record.read_text())
             found = CachedFrame(path=frame, diff_id=str(fields["diff_id"]),
@@ -71,13 +87,14 @@ class FrameCache:
         return found
 
     def put(self, blob: str, spooled: Path, *, diff_id: str, size: int, sha256: str) -> None:
-        """Keep ``spooled`` (a frame that hashed to ``sha256`` as it was written) for ``blob``:
-        linked where the file system allows, else copied; the record goes last, so a frame
+        """Keep ``spooled`` (a frame that hashed to ``sha256`` as it was written) for the
+        layer ``diff_id``, sent as ``blob``: linked where the file system allows, else
+        copied; the record goes after the frame, and an alias after the record, so a frame
         is found only once whole."""
-        paths = self._paths(blob)
-        if paths is None:
+        frame, record = self._path(diff_id, ".zst"), self._path(diff_id, ".json")
+        alias = self._path(blob, ".alias") if blob != diff_id else None
+        if frame is None or record is None or (blob != diff_id and alias is None):
             return
-        frame, record = paths
         self.folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".put-", dir=self.folder) as scratch:
             staged = Path(scratch) / "frame"
@@ -90,12 +107,18 @@ class FrameCache:
                       "bytes": frame.stat().st_size}
             (Path(scratch) / "record").write_text(json.dumps(fields, sort_keys=True))
             (Path(scratch) / "record").replace(record)
+            if alias is not None:
+                (Path(scratch) / "alias").write_text(diff_id)
+                (Path(scratch) / "alias").replace(alias)
 
-    def forget(self, blob: str) -> None:
-        """Drop ``blob``'s frame (found damaged)."""
-        for path in self._paths(blob) or ():
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+    def forget(self, diff_id: str) -> None:
+        """Drop the frame of the layer ``diff_id`` (found damaged); its aliases then lead
+        nowhere, and ``trim`` removes them."""
+        for suffix in (".zst", ".json"):
+            path = self._path(diff_id, suffix)
+            if path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
 
     def trim(self) -> None:
         """Drop the least recently used frames until the folder holds at most its size."""
@@ -114,3 +137,8 @@ class FrameCache:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
             total -= size
+        for alias in self.folder.glob("*.alias"):  # those whose frame went
+            with contextlib.suppress(OSError):
+                target = self._path(alias.read_text().strip(), ".json")
+                if target is None or not target.exists():
+                    alias.unlink()

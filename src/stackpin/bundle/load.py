@@ -9,7 +9,7 @@ file swapped between the check and the load breaks the stream before ``docker lo
 has a complete archive, so nothing of it is loaded.
 
 The chunks are decompressed and hashed by a worker thread a few chunks ahead of the
-socket (``read_ahead``), as ``zstd -dc | docker load`` overlaps its two processes: the
+socket (``ReadAhead``), as ``zstd -dc | docker load`` overlaps its two processes: the
 checks above run in that worker unchanged, and the held-back last chunk still reaches the
 daemon only after them.
 """
@@ -32,7 +32,7 @@ from stackpin.bundle.verify import VerifyResult, open_stream, refuse, verify
 from stackpin.engine import Engine
 from stackpin.errors import BundleError
 from stackpin.meter import NO_METER, Meter, metered
-from stackpin.primitives import CHUNK, HashingReader, read_ahead
+from stackpin.primitives import CHUNK, HashingReader, ReadAhead
 from stackpin.target import LABEL_CELL
 
 MAX_WINDOW = 1 << 27  # zstd's own default limit (128 MiB); stackpin writes 2 MiB windows
@@ -146,7 +146,7 @@ def load(engine: Engine, source: Path, *, site: trust.Trust,
         meter.start("load", chunks.tar_bytes)
         # Closed here, not left to the garbage collector: a daemon that stops reading
         # early must not leave the worker waiting on a file this block closes.
-        with contextlib.closing(read_ahead(chunks, depth=AHEAD)) as ahead:
+        with contextlib.closing(ReadAhead(chunks, depth=AHEAD)) as ahead:
             try:
                 engine.load(metered(ahead, meter))
             except BundleError:

@@ -1,14 +1,20 @@
 """The save stream: docker save -> each layer compressed while spooled -> OCI layout -> file.
 
-The layout lists blobs sorted by digest, known only once the whole save has arrived, so
-the layers must wait on disk; compressing them only then would run zstd after the save
-instead of beside it. Instead each layer's member body (plus its padding to 512 bytes)
-is compressed into a zstd frame of its own while it is spooled, by zstd's worker threads
-as the daemon's stream arrives. The output is written in the layout's order as
-concatenated frames: the layout's own bytes between two layers (member headers,
-documents, the trailing files) in one frame each, each layer's frame copied as it is.
-Concatenated frames are one zstd stream (``zstd -dc``, ``stream_reader(...,
-read_across_frames=True)``) whose content is the layout's tar, byte for byte.
+Each layer's member body (plus its padding to 512 bytes) is compressed into a zstd frame of
+its own while it is spooled, by zstd's worker threads as the daemon's stream arrives. The
+output is written in the layout's order as concatenated frames: each layer's header in a
+frame of its own, each layer's frame copied as it is, and the documents after the layers
+(configs, manifests, index.json, manifest.json, oci-layout) in one last frame. Concatenated
+frames are one zstd stream (``zstd -dc``, ``stream_reader(..., read_across_frames=True)``)
+whose content is the layout's tar, byte for byte.
+
+The layers come first in the layout, sorted by diff_id, and the images' configs name them
+before the save starts (``engine.image_info``). So the output is written as early as each
+layer is at hand (``LayoutWriter``): frames kept by an earlier export while the daemon
+prepares the save (its silence before the first byte: 22-25 s for the CUDA images), and
+the layers a classic store sends, in that very order, as each one ends. Only what comes
+out of order (a containerd store's gzip blobs are sorted by another digest; Engine 20.10
+names layers otherwise) waits in the spool until the save has ended.
 """
 
 from __future__ import annotations
@@ -36,12 +42,14 @@ from stackpin.engine.save_format import (
     LayoutImage,
     Piece,
     SaveContents,
+    layer_header,
+    layout_layers,
     read_save,
     write_layout,
 )
 from stackpin.errors import BundleError
 from stackpin.meter import NO_METER, Meter, metered
-from stackpin.primitives import CHUNK, HashingWriter, read_ahead, tar_padding
+from stackpin.primitives import CHUNK, HashingWriter, ReadAhead, sha256_file, tar_padding
 
 # Save-stream chunks (1 MiB each) the socket reader may run ahead of the compression.
 SAVE_AHEAD = 16
@@ -144,31 +152,93 @@ def frames_of(pieces: Iterable[Piece], compressor: zstandard.ZstdCompressor) -> 
     return Frames(parts=tuple(parts), tar_bytes=tar_bytes)
 
 
-def write_frames(frames: Frames, out: BinaryIO, meter: Meter, *, each_frame: bool = False,
-                 ) -> tuple[StreamStats, dict[Path, str]]:
-    """Write ``frames`` to ``out`` in order, hashing and counting the compressed bytes;
-    with ``each_frame``, the sha256 of each layer's frame too, taken as it was copied."""
-    sink = HashingWriter(out)
-    frame_digests: dict[Path, str] = {}
-    meter.start("write", frames.compressed_bytes)
-    for part in frames.parts:
-        if isinstance(part, bytes):
-            sink.write(part)
-            meter.advance(len(part))
-            continue
-        digest = hashlib.sha256() if each_frame else None
-        with part.open("rb") as frame:
-            while chunk := frame.read(CHUNK):
-                sink.write(chunk)
-                if digest is not None:
-                    digest.update(chunk)
+@dataclass(frozen=True, kw_only=True)
+class WrittenLayer:
+    diff_id: str
+    header: bytes  # the frame of its tar header, as written
+    frame: Path  # the frame copied after it
+    sha256: str  # of that frame, taken as it was copied
+
+
+class LayoutWriter:
+    """``images.tar.zst`` in the layout's order, each layer written as soon as it and every
+    layer before it in ``order`` are at hand; ``finish`` writes the rest.
+
+    What was written early is a guess at the layout's start (the configs and the kept
+    records named the layers): ``finish`` holds it to the layout made from the save, and
+    writes the file again from its first byte where they differ.
+    """
+
+    def __init__(self, out: BinaryIO, order: Sequence[str],
+                 compressor: zstandard.ZstdCompressor) -> None:
+        self._out = out
+        self._sink = HashingWriter(out)
+        self.order = order
+        self._compressor = compressor
+        self._ready: dict[str, tuple[int, Path]] = {}
+        self.written: list[WrittenLayer] = []
+
+    def offer(self, diff_id: str, size: int, frame: Path) -> None:
+        """``frame`` holds the layer ``diff_id`` (``size`` bytes of tar); the first offer
+        of a layer stands."""
+        self._ready.setdefault(diff_id, (size, frame))
+        while len(self.written) < len(self.order) and self.order[len(self.written)] in self._ready:
+            diff_id = self.order[len(self.written)]
+            size, frame = self._ready[diff_id]
+            header = io.BytesIO()
+            compress_frame(self._compressor, [layer_header(diff_id, size)], header)
+            self._sink.write(header.getvalue())
+            self.written.append(WrittenLayer(diff_id=diff_id, header=header.getvalue(),
+                                             frame=frame, sha256=self._copy(frame)))
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def _copy(self, frame: Path, meter: Meter = NO_METER) -> str:
+        digest = hashlib.sha256()
+        with frame.open("rb") as source:
+            while chunk := source.read(CHUNK):
+                self._sink.write(chunk)
+                digest.update(chunk)
                 meter.advance(len(chunk))
-        if digest is not None:
-            frame_digests[part] = digest.hexdigest()
-    meter.finish()
-    stats = StreamStats(tar_bytes=frames.tar_bytes, bytes=sink.size,
-                        sha256=sink.sha256.hexdigest())
-    return stats, frame_digests
+        return digest.hexdigest()
+
+    def finish(self, frames: Frames, meter: Meter) -> tuple[StreamStats, dict[Path, str]]:
+        """Write the parts of ``frames`` not written yet; return the stream's figures and
+        the sha256 of each layer frame, taken as it was copied."""
+        done = 2 * len(self.written)  # each written layer: its header's frame, its frame
+        if not _starts_with(frames.parts, self.written):
+            self._out.seek(0)
+            self._out.truncate()
+            self._sink, self.written, done = HashingWriter(self._out), [], 0
+        digests = {w.frame: w.sha256 for w in self.written}
+        rest = frames.parts[done:]
+        meter.start("write", sum(len(p) if isinstance(p, bytes) else p.stat().st_size
+                                 for p in rest))
+        for part in rest:
+            if isinstance(part, bytes):
+                self._sink.write(part)
+                meter.advance(len(part))
+            else:
+                digests[part] = self._copy(part, meter)
+        meter.finish()
+        stats = StreamStats(tar_bytes=frames.tar_bytes, bytes=self._sink.size,
+                            sha256=self._sink.sha256.hexdigest())
+        return stats, digests
+
+
+def _starts_with(parts: Sequence[bytes | Path], written: Sequence[WrittenLayer]) -> bool:
+    """Whether the layout's frames begin with what was written: each layer's header frame,
+    then its frame (the same file, or one of the same bytes)."""
+    if len(parts) < 2 * len(written):
+        return False
+    for index, layer in enumerate(written):
+        header, frame = parts[2 * index], parts[2 * index + 1]
+        if header != layer.header or not isinstance(frame, Path):
+            return False
+        if frame != layer.frame and sha256_file(frame) != layer.sha256:
+            return False
+    return True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,30 +258,51 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
     """Save ``names`` as one stream and write it, rewritten, compressed and hashed, to ``path``.
 
     The engine's stream (either layout; gzip layers from a containerd store) is read once,
-    each layer compressed into its own frame in a spool beside ``path`` as it arrives;
-    then the OCI layout of the same images, configs unchanged, is written in a fixed order
-    (save_format.write_layout), so zstd sees raw tar whatever the store and the bundle
-    loads into either store under IDs known now. Returns the stream's figures and each
-    image's IDs by its source ID. ``meter`` counts the save stream ("save": the images'
-    sizes are its estimated total; compression runs meanwhile) and then the compressed
-    bytes written ("write"). ``held``: chain IDs the site holds (``bundle.delta``): a
-    layer held wherever the images use it is left out of the stream. ``frame_cache``: a
-    folder of frames kept between exports (``framecache``): a layer an earlier export
-    compressed is hashed as the save sends it and its kept frame copied.
+    each layer compressed into its own frame as it arrives; the OCI layout of the same
+    images, configs unchanged, is written in a fixed order (save_format.write_layout), so
+    zstd sees raw tar whatever the store and the bundle loads into either store under IDs
+    known now. Returns the stream's figures and each image's IDs by its source ID.
+    ``meter`` counts the kept frames written before the save's first byte ("kept"), the
+    save stream ("save": the images' sizes are its estimated total; compression and the
+    writing of layers in order run meanwhile) and then what is left to write ("write").
+    ``held``: chain IDs the site holds (``bundle.delta``): a layer held wherever the images
+    use it is left out of the stream. ``frame_cache``: a folder of frames kept between
+    exports (``framecache``): a layer an earlier export compressed is hashed as the save
+    sends it, and its kept frame copied.
     """
+    try:
+        return _write_images(engine, names, path, threads=threads, meter=meter, held=held,
+                             frame_cache=frame_cache)
+    except BaseException:
+        path.unlink(missing_ok=True)  # written from its first layer on: never left half
+        raise
+
+
+def _write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: int,
+                  meter: Meter, held: frozenset[str], frame_cache: Path | None,
+                  ) -> tuple[StreamStats, dict[str, BundledImage]]:
     version = engine.version()
     compressor = frame_compressor(threads)
     cache = FrameCache(frame_cache, level=ZSTD_LEVEL) if frame_cache is not None else None
-    with tempfile.TemporaryDirectory(prefix=".layers-", dir=path.parent) as folder:
+    with tempfile.TemporaryDirectory(prefix=".layers-", dir=path.parent) as folder, \
+            path.open("wb") as out:
         spool = FrameSpool(Path(folder), compressor)
-        meter.start("save", save_estimate(engine, names), estimate=True)
+        writer = LayoutWriter(out, _layer_order(engine, names, held), compressor)
+        estimate = save_estimate(engine, names)
         # The daemon's socket is read by a thread of its own, ahead of the parsing, hashing
         # and compressing here: read in turn, the two waited on each other (on 2 cores,
-        # 10 s of a CUDA export's 51 went to this thread waiting on the socket).
+        # 10 s of a CUDA export's 51 went to this thread waiting on the socket). It sends
+        # the request at once; the kept frames are written while the daemon prepares.
         save = engine.save(SaveRequest(images=tuple(sorted(names))))
-        with contextlib.closing(read_ahead(save, depth=SAVE_AHEAD)) as ahead:
-            saved = read_save(chunk_stream(metered(ahead, meter)), spool.keep,
-                              known=_cached_layers(cache) if cache is not None else None)
+        with contextlib.closing(ReadAhead(save, depth=SAVE_AHEAD)) as ahead:
+            if cache is not None and version.saves_oci_layout:
+                _write_kept(writer, cache, meter)
+            meter.start("save", estimate, estimate=True)
+            saved = read_save(
+                chunk_stream(metered(ahead, meter)), spool.keep,
+                known=_cached_layers(cache) if cache is not None else None,
+                on_read=lambda layer: writer.offer(layer.diff_id, layer.value.size,
+                                                   layer.value.path))
         meter.finish()
         entries = sorted(saved.entries, key=lambda e: e.config_digest)
         diff_ids = [[layer.diff_id for layer in saved.layers_of(e)] for e in entries]
@@ -229,15 +320,37 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
                                                if b.diff_id in omit))
             for e, (config, manifest), layers in zip(entries, layout.ids, diff_ids, strict=True)
         }
-        frames = frames_of(layout.pieces, compressor)
-        with path.open("wb") as out:
-            stats, frame_digests = write_frames(frames, out, meter,
-                                                each_frame=cache is not None)
-            out.flush()
-            os.fsync(out.fileno())
+        stats, frame_digests = writer.finish(frames_of(layout.pieces, compressor), meter)
+        out.flush()
+        os.fsync(out.fileno())
         if cache is not None:
             _keep_frames(cache, saved, frame_digests)
     return stats, {k: replace(v, source_id=k) for k, v in bundled.items()}
+
+
+def _layer_order(engine: Engine, names: Sequence[str], held: frozenset[str]) -> list[str]:
+    """The layers the layout will carry, in its order, as the images' configs name them."""
+    per_image = [list(info.diff_ids) for name in sorted(names)
+                 if (info := engine.image_info(name)) is not None]
+    omit = omitted_blobs(per_image, held)
+    return layout_layers(d for layers in per_image for d in layers if d not in omit)
+
+
+def _write_kept(writer: LayoutWriter, cache: FrameCache, meter: Meter) -> None:
+    """Offer every kept frame of the layout's layers: those in order from its first layer
+    are written now, the others once the save has filled the gaps before them. The save
+    must still send each of these layers, and each must hash to its name."""
+    kept = [found for diff_id in writer.order
+            if (found := cache.layer(diff_id)) is not None and found.diff_id == diff_id]
+    first = list(itertools.takewhile(lambda pair: pair[0].diff_id == pair[1],
+                                     zip(kept, writer.order, strict=False)))
+    meter.start("kept", sum(found.path.stat().st_size for found, _ in first))
+    for found in kept:
+        before = len(writer.written)
+        writer.offer(found.diff_id, found.size, found.path)
+        meter.advance(sum(w.frame.stat().st_size for w in writer.written[before:]))
+    writer.flush()  # on its way to the disk while the daemon still prepares
+    meter.finish()
 
 
 def _cached_layers(cache: FrameCache) -> Callable[[str], KnownLayer[SpooledLayer] | None]:
@@ -245,7 +358,7 @@ def _cached_layers(cache: FrameCache) -> Callable[[str], KnownLayer[SpooledLayer
         found = cache.get(blob)
         if found is None:
             return None
-        return KnownLayer(diff_id=found.diff_id, value=SpooledLayer(
+        return KnownLayer(diff_id=found.diff_id, size=found.size, value=SpooledLayer(
             path=found.path, size=found.size, sha256=found.sha256))
     return known
 
@@ -259,7 +372,7 @@ def _keep_frames(cache: FrameCache, saved: SaveContents[SpooledLayer],
         if not layer.blob or written is None:
             continue  # a docker-archive layer, or one the bundle leaves out
         if layer.value.sha256 and written != layer.value.sha256:
-            cache.forget(layer.blob)
+            cache.forget(layer.diff_id)
             msg = (f"the frame kept for layer {layer.blob} in {cache.folder} is damaged and "
                    "was removed: run the export again (it compresses that layer anew)")
             raise BundleError(msg)

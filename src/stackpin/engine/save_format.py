@@ -27,7 +27,7 @@ import json
 import posixpath
 import shutil
 import tarfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Generic, Literal, TypeVar, cast
@@ -83,6 +83,7 @@ class KnownLayer(Generic[T]):
 
     diff_id: str
     value: T
+    size: int | None = None  # of the uncompressed tar, where the caller knows it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,13 +152,16 @@ def _blob_digest(name: str) -> str:
     return f"sha256:{hexdigest}"
 
 
-def _layer(data: IO[bytes], head: bytes, name: str, on_layer: Callable[[IO[bytes]], T],
+def _layer(data: IO[bytes], head: bytes, member: tarfile.TarInfo,
+           on_layer: Callable[[IO[bytes]], T],
            known: Callable[[str], KnownLayer[T] | None] | None) -> SavedLayer[T]:
     """One layer: a blob ``known`` holds is only hashed; any other goes to ``on_layer``."""
-    blob = _blob_digest(name) if known is not None else ""
+    blob = _blob_digest(member.name) if known is not None else ""
     held = known(blob) if known is not None and blob else None
-    # An uncompressed blob is its own diff_id: a holding that says otherwise is not believed.
-    if held is not None and (_compression(head) or held.diff_id == blob):
+    # An uncompressed blob is its own diff_id and tar: a holding that says otherwise (another
+    # diff_id, another size) is not believed.
+    if held is not None and (_compression(head) or (
+            held.diff_id == blob and held.size in (None, member.size))):
         return _known_layer(data, head, blob, held)
     return _read_layer(data, head, on_layer, blob=blob)
 
@@ -195,11 +199,13 @@ def _known_layer(data: IO[bytes], head: bytes, blob: str, known: KnownLayer[T]) 
 
 def read_save(stream: IO[bytes], on_layer: Callable[[IO[bytes]], T], *,
               known: Callable[[str], KnownLayer[T] | None] | None = None,
+              on_read: Callable[[SavedLayer[T]], None] | None = None,
               ) -> SaveContents[T]:
     """Read a ``docker save`` stream of either layout; ``on_layer`` reads each layer tar.
 
     ``known`` names the OCI blobs the caller holds already (by ``sha256:<hex>``): those are
-    only hashed against their names, and ``on_layer`` is not called for them."""
+    only hashed against their names, and ``on_layer`` is not called for them. ``on_read``
+    is handed each layer as soon as it has been read and hashed, before the next comes."""
     documents: dict[str, bytes] = {}
     layers: dict[str, SavedLayer[T]] = {}
     links: dict[str, str] = {}
@@ -216,7 +222,10 @@ def read_save(stream: IO[bytes], on_layer: Callable[[IO[bytes]], T], *,
                     assert data is not None
                     head = data.peek(4)[:4]  # type: ignore[attr-defined]
                     if _is_layer(member, head):
-                        layers[member.name] = _layer(data, head, member.name, on_layer, known)
+                        layer = _layer(data, head, member, on_layer, known)
+                        layers[member.name] = layer
+                        if on_read is not None:
+                            on_read(layer)
                     elif member.size <= MAX_DOCUMENT:
                         documents[member.name] = data.read()
     except (tarfile.TarError, OSError, EOFError, zstandard.ZstdError) as exc:
@@ -367,8 +376,11 @@ def write_layout(images: Sequence[LayoutImage], *, mtime: int = 0,
     """The OCI layout (plus ``manifest.json``) of several images, in a fixed order.
 
     Layers go uncompressed (the digest of each blob is its diff_id) and once, however many
-    images or places list them; blobs come sorted by digest, then index.json,
-    manifest.json and oci-layout: the same images give the same bytes on every engine.
+    images or places list them, sorted by digest; then the configs and manifests, sorted
+    by digest, then index.json, manifest.json and oci-layout: the same images give the
+    same bytes on every engine. The layers come first, in an order their diff_ids alone
+    decide, so that a writer can put each in its place as soon as it has it (a manifest
+    is known only once every layer's size is).
     ``omit``: layer blobs (diff IDs) left out, for a site that holds them already (a delta
     bundle): the documents still name them, so the IDs are those of the whole images.
     """
@@ -400,21 +412,30 @@ def _blob(digest: str) -> str:
     return f"blobs/sha256/{digest.removeprefix('sha256:')}"
 
 
+def layout_layers(diff_ids: Iterable[str]) -> list[str]:
+    """The order of the layer blobs in the layout: by digest, each once. A writer that
+    knows the layers before their bytes come (bundle.stream) writes each in its place."""
+    return sorted(set(diff_ids))
+
+
+def layer_header(diff_id: str, size: int, *, mtime: int = 0) -> bytes:
+    """The tar header of a layer blob of the layout (its body and padding follow it)."""
+    return tar_header(_blob(diff_id), size, mtime=mtime)
+
+
 def _layout_pieces(
     images: Sequence[LayoutImage], manifests: Sequence[bytes], index: bytes,
     docker_manifest: bytes, mtime: int, omit: frozenset[str] = frozenset(),
 ) -> Iterator[Piece]:
     layers = {layer.diff_id: layer for image in images for layer in image.layers
               if layer.diff_id not in omit}
+    for diff_id in layout_layers(layers):
+        yield layer_header(diff_id, layers[diff_id].size, mtime=mtime)
+        yield layers[diff_id]
     documents = {sha256_digest(d): d for d in [*(i.config for i in images), *manifests]}
-    for digest in sorted({*layers, *documents}):  # an omitted layer is in neither
-        if digest in layers:
-            yield tar_header(_blob(digest), layers[digest].size, mtime=mtime)
-            yield layers[digest]
-        else:
-            document = documents[digest]
-            yield from tar_member(_blob(digest), io.BytesIO(document), len(document),
-                                  mtime=mtime)
+    for digest in sorted(documents):
+        document = documents[digest]
+        yield from tar_member(_blob(digest), io.BytesIO(document), len(document), mtime=mtime)
     layout = b'{"imageLayoutVersion":"1.0.0"}'
     for name, document in (("index.json", index), ("manifest.json", docker_manifest),
                            ("oci-layout", layout)):

@@ -171,6 +171,13 @@ class EngineVersion:
         """The ID this engine gives an image: identity is defined per store."""
         return manifest_digest if self.store == "containerd" else config_digest
 
+    @property
+    def saves_oci_layout(self) -> bool:
+        """Whether ``docker save`` sends an OCI image layout, each blob named by its digest
+        (Engine 25, API 1.44, and later), rather than Engine 20.10's docker-archive."""
+        api = tuple(int(p) for p in self.api_version.split(".")[:2] if p.isdigit())
+        return api >= (1, 44)
+
 
 @dataclass(frozen=True, kw_only=True)
 class EngineReport:
