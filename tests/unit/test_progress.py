@@ -8,8 +8,10 @@ import io
 import re
 import tarfile
 
+import pytest
 from click.testing import CliRunner
-from test_bundle_fakes import engine_with_cpu, export_cpu, site_trusting, unzstd
+from test_bundle_fakes import engine_with_cpu, export_cpu, layer_bytes, site_trusting, unzstd
+from tests.fake_engine import FakeEngine
 
 from stackpin.bundle import export as exporting
 from stackpin.bundle import load as loading
@@ -83,6 +85,49 @@ def test_an_image_named_by_each_of_its_tags_is_estimated_once(tmp_path, shipped_
     streaming.write_images(engine, list(image.tags), tmp_path / "images.tar.zst", threads=1,
                            meter=meter)
     assert meter.phases[0][1] == image.size  # not once per tag: the 0/4076 of 2103 MiB
+
+
+def shared_variants(kind: str) -> tuple[FakeEngine, list[bytes]]:
+    """Two images sharing their first two layers (as stable and enhanced do), with the
+    history a build gives them: a step without a layer between ones with files."""
+    layers = [layer_bytes(seed, 1 << 20) for seed in ("base", "torch", "sdpa", "flash")]
+    engine = FakeEngine(kind=kind)
+    history = [{"created_by": "base"}, {"created_by": "ENV X=1", "empty_layer": True},
+               {"created_by": "torch"}, {"created_by": "attention"}]
+    for name, top in (("stable", layers[2]), ("enhanced", layers[3])):
+        engine.add({"architecture": "amd64", "os": "linux", "config": {}, "history": history},
+                   [*layers[:2], top], tags=[f"stackpin/x:{name}"])
+    return engine, layers
+
+
+@pytest.mark.parametrize("kind", ["docker20", "classic", "containerd"])
+def test_images_sharing_layers_are_estimated_with_each_layer_once(tmp_path, kind):
+    engine, layers = shared_variants(kind)
+    meter = Recorder()
+    streaming.write_images(engine, ["stackpin/x:stable", "stackpin/x:enhanced"],
+                           tmp_path / "images.tar.zst", threads=1, meter=meter)
+    (_, estimate, counted, _), *_ = meter.phases
+    # Four layers, not six (gzip on the containerd store): what came is those and the tar
+    # headers and documents, a few KiB more.
+    assert estimate < counted < estimate + (64 << 10)
+    if kind != "containerd":
+        assert estimate == sum(map(len, layers))
+
+
+def test_an_image_whose_history_does_not_pair_with_its_layers_counts_whole(tmp_path):
+    engine, layers = shared_variants("classic")
+    lone = engine.add({"architecture": "amd64", "os": "linux", "config": {}},
+                      [layer_bytes("lone", 1 << 20)], tags=["stackpin/y:1"])
+    assert streaming.save_estimate(engine, ["stackpin/y:1", "stackpin/x:stable"]) == (
+        engine.image_info(lone).size + sum(map(len, layers[:3])))
+    # A layer of whiteouts alone: its step says 0 bytes, and it is not the empty layer.
+    record = engine.image_record("stackpin/x:stable")
+    assert streaming.layer_sizes((*record.diff_ids, "sha256:" + "a" * 64),
+                                 record.history) is None
+    assert streaming.layer_sizes((*record.diff_ids, streaming.EMPTY_LAYER),
+                                 record.history) == {
+        **dict(zip(record.diff_ids, map(len, layers[:3]), strict=True)),
+        streaming.EMPTY_LAYER: 0}
 
 
 def test_every_exact_total_of_an_export_is_what_its_phase_counted(tmp_path, shipped_cells,

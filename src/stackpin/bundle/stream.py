@@ -47,6 +47,7 @@ from stackpin.engine.save_format import (
     read_save,
     write_layout,
 )
+from stackpin.engine.types import HistoryItem
 from stackpin.errors import BundleError
 from stackpin.meter import NO_METER, Meter, metered
 from stackpin.primitives import CHUNK, HashingWriter, ReadAhead, sha256_file, tar_padding
@@ -386,14 +387,44 @@ def _keep_frames(cache: FrameCache, saved: SaveContents[SpooledLayer],
         cache.trim()
 
 
+# The diff ID of a layer with no files (1024 zero bytes): a step that changed nothing. Its
+# history entry says 0 bytes, like a step without a layer.
+EMPTY_LAYER = "sha256:5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"
+
+
 def save_estimate(engine: Engine, names: Sequence[str]) -> int:
-    """The save stream's size as far as it is known before it comes: each image once,
-    however many of its tags are named (a build tags an image twice; summing per name
-    showed twice the stream). The stream adds tar headers to the sizes the engine reports,
-    and images sharing layers carry them once, so the meter is told this is an estimate."""
-    sizes: dict[str, int] = {}
+    """The save stream's size as far as it is known before it comes.
+
+    A save carries each layer once, however many images share it (stable and enhanced share
+    all but their attention layers; summing image sizes showed twice the stream), and each
+    image once, however many of its tags are named. The history gives each layer's
+    unpacked size; the image's size says what the save sends of it (the same on a classic
+    store; gzip blobs on the containerd store, a third of it), so each layer counts its
+    share of that. An image whose history cannot be matched to its layers counts whole.
+    The stream adds tar headers, so the meter is told this is an estimate."""
+    layers: dict[str, float] = {}
+    whole: dict[str, int] = {}
     for name in names:
         info = engine.image_info(name)
-        if info is not None:
-            sizes[info.id] = info.size
-    return sum(sizes.values())
+        if info is None:
+            continue
+        record = engine.image_record(name)
+        sizes = layer_sizes(record.diff_ids, record.history) if record else None
+        unpacked = sum(sizes.values()) if sizes else 0
+        if sizes is None or not unpacked:
+            whole[info.id] = info.size
+            continue
+        for diff_id, size in sizes.items():
+            layers[diff_id] = size * info.size / unpacked
+    return round(sum(layers.values())) + sum(whole.values())
+
+
+def layer_sizes(diff_ids: Sequence[str],
+                history: Sequence[HistoryItem]) -> dict[str, int] | None:
+    """Each layer's unpacked size: the history's steps with bytes are the layers with files,
+    in order. None where they do not pair one to one (a layer of whiteouts alone says 0)."""
+    steps = [item.size for item in history if item.size > 0]
+    filled = [diff_id for diff_id in diff_ids if diff_id != EMPTY_LAYER]
+    if len(steps) != len(filled):
+        return None
+    return {**dict.fromkeys(diff_ids, 0), **dict(zip(filled, steps, strict=True))}
