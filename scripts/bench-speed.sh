@@ -6,7 +6,8 @@
 #      rounds alternate which of the two goes first;
 #   2. whole `stackpin bundle export` against `docker save -o` of the same image, rounds
 #      alternating the order: first `--no-cache` (every layer compressed), then with the
-#      frames an untimed export kept (stackpin.bundle.framecache; none on Engine 20.10);
+#      frames an untimed export kept (stackpin.bundle.framecache; on Engine 20.10 found by
+#      each layer.tar's size and first MiB);
 #   3. bundle size: images.tar.zst against `zstd -3` of the saved tar; then the verified
 #      `stackpin bundle load` against `zstd -dc images.tar.zst | docker load`, each into a
 #      store without the image (removed before every load), rounds alternating the order

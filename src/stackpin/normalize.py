@@ -39,7 +39,8 @@ from typing import IO, Any
 
 from stackpin.bundle.delta import chain_ids, omitted_blobs
 from stackpin.engine import Engine, SaveRequest, chunk_stream
-from stackpin.engine.save_format import ImageLayout, SavedImage, image_layout, unpack_save
+from stackpin.engine.save_format import ImageLayout, image_layout
+from stackpin.engine.save_unpack import SavedImage, unpack_save
 from stackpin.errors import BuildError
 from stackpin.normalize_record import normalize_config_only
 from stackpin.primitives import CHUNK, HashingWriter, canonical_bytes, pid_alive, rfc3339

@@ -61,7 +61,7 @@ def _frames(cache: Path) -> list[Path]:
     return sorted(cache.glob("*/*.zst"))
 
 
-@pytest.mark.parametrize("kind", ["classic", "containerd"])
+@pytest.mark.parametrize("kind", ["classic", "containerd", "docker20"])
 def test_a_second_export_compresses_no_layer_and_writes_the_same_bytes(tmp_path, kind,
                                                                       monkeypatch):
     engine = _engine(kind)
@@ -83,12 +83,40 @@ def test_a_second_export_compresses_no_layer_and_writes_the_same_bytes(tmp_path,
     assert (tmp_path / "3.zst").read_bytes() == (tmp_path / "plain3.zst").read_bytes()
 
 
-def test_a_docker_archive_keeps_no_frame(tmp_path):
-    # Engine 20.10 names a layer <v1 id>/layer.tar: nothing to find it by before reading it.
-    engine = _engine("docker20")
-    reference = _export(engine, tmp_path / "plain.zst", cache=None)
-    assert _export(engine, tmp_path / "1.zst", tmp_path / "cache") == reference
-    assert _frames(tmp_path / "cache") == []
+def _heads_alike(tail: str) -> bytes:
+    """A layer of 2 MiB whose first MiB is every such layer's: only its tail tells it."""
+    return bytes(1 << 20) + layer_bytes(tail, 1 << 20)
+
+
+def test_a_docker_archive_layer_of_a_kept_ones_size_and_head_is_read_again_not_trusted(
+        tmp_path, monkeypatch):
+    # Engine 20.10 names a layer <v1 id>/layer.tar: its size and first MiB are the guess at
+    # which kept frame it is. A layer that begins as a kept one and then differs has been
+    # hashed, not compressed, by then: the save is read again, trusting no guess.
+    cache = tmp_path / "cache"
+    first = FakeEngine(kind="docker20")
+    first.add({"n": "a"}, [_heads_alike("a")], tags=("x:1",))
+    _export(first, tmp_path / "a.zst", cache, names=["x:1"])
+    engine = FakeEngine(kind="docker20")
+    engine.add({"n": "b"}, [_heads_alike("b")], tags=("x:1",))
+    reference = _export(engine, tmp_path / "plain.zst", cache=None, names=["x:1"])
+    saves = 0
+    save = engine.save
+
+    def counting(request: SaveRequest) -> Iterator[bytes]:
+        nonlocal saves
+        saves += 1
+        yield from save(request)
+
+    engine.save = counting  # type: ignore[method-assign]
+    compressed: list[int] = []
+    assert _export(engine, tmp_path / "b.zst", cache, compressed, monkeypatch,
+                   names=["x:1"]) == reference
+    assert saves == 2 and compressed == [2 << 20]
+    # The head now names the layer it was last: the next export compresses nothing.
+    again: list[int] = []
+    assert _export(engine, tmp_path / "b2.zst", cache, again, names=["x:1"]) == reference
+    assert again == [] and saves == 3
 
 
 def test_a_damaged_frame_fails_the_export_is_removed_and_the_next_export_mends_it(tmp_path):
@@ -225,7 +253,7 @@ def _layer_frames(data: bytes) -> int:
     return data.rfind(ZSTD_MAGIC)
 
 
-@pytest.mark.parametrize("kind", ["classic", "containerd"])
+@pytest.mark.parametrize("kind", ["classic", "containerd", "docker20"])
 def test_kept_frames_are_written_while_the_daemon_prepares_the_save(tmp_path, kind):
     # The save request goes out first; every layer's kept frame is in the file before the
     # save's first byte is read (the daemon is silent that long: 22-25 s for CUDA images).
@@ -259,9 +287,11 @@ def test_kept_frames_are_written_while_the_daemon_prepares_the_save(tmp_path, ki
     assert meter.phases[0] == ["kept", layers, layers]
 
 
-def test_an_engine_20_10_writes_no_frame_ahead_though_another_engine_kept_them(tmp_path):
-    # Its save names layers <v1 id>/layer.tar, so no kept frame could stand in for one:
-    # writing them ahead would only make the file be written twice.
+def test_an_engine_20_10_writes_frames_another_engine_kept_ahead_then_finds_its_own(
+        tmp_path, monkeypatch):
+    # Frames kept by a Docker 28 export are found by diff_id and written ahead; 20.10's
+    # layer.tar names are new to the cache, so its layers are compressed once more, into
+    # the same bytes (the file is not written again), and are found by their heads after.
     cache = tmp_path / "cache"
     _export(_engine("classic"), tmp_path / "1.zst", cache)
     engine = _engine("docker20")
@@ -270,13 +300,21 @@ def test_an_engine_20_10_writes_no_frame_ahead_though_another_engine_kept_them(t
     streaming.write_images(engine, NAMES, tmp_path / "2.zst", threads=1, frame_cache=cache,
                            meter=meter)
     assert (tmp_path / "2.zst").read_bytes() == reference
-    assert [p[0] for p in meter.phases] == ["save", "write"]
+    layers = sum(f.stat().st_size for f in _frames(cache))
+    assert meter.phases[0] == ["kept", layers, layers]
+    # Only the documents' frame is written after the save: not the layers again.
+    rest = len(reference) - _layer_frames(reference)
+    assert meter.phases[-1] == ["write", rest, rest]
+    compressed: list[int] = []
+    assert _export(engine, tmp_path / "3.zst", cache, compressed, monkeypatch) == reference
+    assert compressed == []
 
 
-def test_a_record_of_another_size_for_an_uncompressed_blob_is_not_believed(tmp_path):
+@pytest.mark.parametrize("kind", ["classic", "docker20"])
+def test_a_record_of_another_size_for_an_uncompressed_blob_is_not_believed(tmp_path, kind):
     # Its frame was written ahead under a header of the wrong size: the layout the save
     # gives differs from that start, so the file is written again, and the record mended.
-    engine = _engine("classic")
+    engine = _engine(kind)
     reference = _export(engine, tmp_path / "plain.zst", cache=None)
     _export(engine, tmp_path / "1.zst", tmp_path / "cache")
     record = _frames(tmp_path / "cache")[0].with_suffix(".json")

@@ -12,7 +12,9 @@ match finder changes between releases), so all three are the key: a bundle is th
 bytes whether its frames came from here or from the compressor. A frame is kept by its
 layer's diff_id (``<hex>.zst`` and its record ``<hex>.json``), so an export can find it
 from the image's config before the save sends anything; a compressed blob (the containerd
-store's gzip layers) is found through ``<blob hex>.alias``, which names the diff_id. Each
+store's gzip layers) is found through ``<blob hex>.alias``, which names the diff_id, and so
+is an Engine 20.10 ``layer.tar`` by a name made of its size and first MiB (a guess, held to
+the diff_id once the layer's bytes are hashed: ``save_format.tar_head_name``). Each
 frame's sha256 is kept beside it and checked as the frame is copied into a bundle. The
 folder is trimmed to a size, least recently used first.
 """
@@ -107,9 +109,19 @@ class FrameCache:
                       "bytes": frame.stat().st_size}
             (Path(scratch) / "record").write_text(json.dumps(fields, sort_keys=True))
             (Path(scratch) / "record").replace(record)
-            if alias is not None:
-                (Path(scratch) / "alias").write_text(diff_id)
-                (Path(scratch) / "alias").replace(alias)
+        if alias is not None:
+            self.name(blob, diff_id)
+
+    def name(self, blob: str, diff_id: str) -> None:
+        """Let the kept frame of ``diff_id`` be found as ``blob`` too."""
+        alias = self._path(blob, ".alias")
+        if alias is None or blob == diff_id:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=self.folder, prefix=".alias-",
+                                         delete=False) as staged:
+            staged.write(diff_id)
+        Path(staged.name).replace(alias)
 
     def forget(self, diff_id: str) -> None:
         """Drop the frame of the layer ``diff_id`` (found damaged); its aliases then lead

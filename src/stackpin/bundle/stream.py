@@ -39,6 +39,7 @@ from stackpin.engine import Engine, SaveRequest, chunk_stream
 from stackpin.engine.save_format import (
     KnownLayer,
     Layer,
+    LayerGuessMissed,
     LayoutImage,
     Piece,
     SaveContents,
@@ -272,8 +273,14 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
     sends it, and its kept frame copied.
     """
     try:
-        return _write_images(engine, names, path, threads=threads, meter=meter, held=held,
-                             frame_cache=frame_cache)
+        try:
+            return _write_images(engine, names, path, threads=threads, meter=meter,
+                                 held=held, frame_cache=frame_cache)
+        except LayerGuessMissed:
+            # Two docker-archive layers of one size and first MiB: rare, and the save is
+            # read again with no frame guessed (those it compresses are kept after it).
+            return _write_images(engine, names, path, threads=threads, meter=meter,
+                                 held=held, frame_cache=frame_cache, guess=False)
     except BaseException:
         path.unlink(missing_ok=True)  # written from its first layer on: never left half
         raise
@@ -281,7 +288,7 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
 
 def _write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: int,
                   meter: Meter, held: frozenset[str], frame_cache: Path | None,
-                  ) -> tuple[StreamStats, dict[str, BundledImage]]:
+                  guess: bool = True) -> tuple[StreamStats, dict[str, BundledImage]]:
     version = engine.version()
     compressor = frame_compressor(threads)
     cache = FrameCache(frame_cache, level=ZSTD_LEVEL) if frame_cache is not None else None
@@ -296,12 +303,12 @@ def _write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: 
         # the request at once; the kept frames are written while the daemon prepares.
         save = engine.save(SaveRequest(images=tuple(sorted(names))))
         with contextlib.closing(ReadAhead(save, depth=SAVE_AHEAD)) as ahead:
-            if cache is not None and version.saves_oci_layout:
+            if cache is not None:
                 _write_kept(writer, cache, meter)
             meter.start("save", estimate, estimate=True)
             saved = read_save(
                 chunk_stream(metered(ahead, meter)), spool.keep,
-                known=_cached_layers(cache) if cache is not None else None,
+                known=_known_layers(cache, guess=guess),
                 on_read=lambda layer: writer.offer(layer.diff_id, layer.value.size,
                                                    layer.value.path))
         meter.finish()
@@ -354,6 +361,15 @@ def _write_kept(writer: LayoutWriter, cache: FrameCache, meter: Meter) -> None:
     meter.finish()
 
 
+def _known_layers(cache: FrameCache | None, *, guess: bool,
+                  ) -> Callable[[str], KnownLayer[SpooledLayer] | None] | None:
+    """What ``read_save`` may take from the cache; after a missed guess (only a
+    docker-archive makes guesses), nothing, though each layer is still named to be kept."""
+    if cache is None:
+        return None
+    return _cached_layers(cache) if guess else lambda _name: None
+
+
 def _cached_layers(cache: FrameCache) -> Callable[[str], KnownLayer[SpooledLayer] | None]:
     def known(blob: str) -> KnownLayer[SpooledLayer] | None:
         found = cache.get(blob)
@@ -370,8 +386,12 @@ def _keep_frames(cache: FrameCache, saved: SaveContents[SpooledLayer],
     each frame compressed now. A damaged frame fails the export (its bundle is not used)."""
     for layer in saved.layers.values():
         written = frame_digests.get(layer.value.path)
+        if layer.blob and written is None and cache.layer(layer.diff_id) is not None:
+            # compressed again beside the frame written ahead: found by this name next time
+            with contextlib.suppress(OSError):
+                cache.name(layer.blob, layer.diff_id)
         if not layer.blob or written is None:
-            continue  # a docker-archive layer, or one the bundle leaves out
+            continue  # a blob not its name says, or a layer the bundle leaves out
         if layer.value.sha256 and written != layer.value.sha256:
             cache.forget(layer.diff_id)
             msg = (f"the frame kept for layer {layer.blob} in {cache.folder} is damaged and "

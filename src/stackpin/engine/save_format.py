@@ -25,7 +25,6 @@ import io
 import itertools
 import json
 import posixpath
-import shutil
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +34,8 @@ from typing import IO, Any, Generic, Literal, TypeVar, cast
 import zstandard
 
 from stackpin import primitives
-from stackpin.errors import BuildError, HostEnvironmentError
+from stackpin.engine.types import chunk_stream
+from stackpin.errors import HostEnvironmentError
 from stackpin.primitives import (
     CHUNK,
     HashingReader,
@@ -70,9 +70,10 @@ class SavedLayer(Generic[T]):
     diff_id: str  # digest of the uncompressed tar
     compression: str  # "", "gzip" or "zstd": how the archive carried it
     value: T  # what the caller's on_layer made of it
-    # The OCI blob's digest as its member name gives it, once its bytes hashed to it; ""
-    # in a docker-archive (a layer.tar is named otherwise), where they did not, or where
-    # read_save was given no ``known`` (nobody asked: a compressed blob is not hashed twice).
+    # The name to keep the layer by, where read_save was given ``known``: an OCI blob's
+    # digest as its member name gives it, once its bytes hashed to it ("" where they did
+    # not); a docker-archive layer.tar's ``tar_head_name``. "" without ``known`` (nobody
+    # asked: a compressed blob is not hashed twice).
     blob: str = ""
 
 
@@ -152,10 +153,49 @@ def _blob_digest(name: str) -> str:
     return f"sha256:{hexdigest}"
 
 
+TAR_HEAD = 1 << 20  # the bytes of a docker-archive layer.tar that name it, with its size
+
+
+class LayerGuessMissed(HostEnvironmentError):
+    """A docker-archive layer began as a held one (size, first MiB) and then differed: its
+    bytes are gone by now, so the caller reads the save again without ``known``."""
+
+
+def tar_head_name(size: int, head: bytes) -> str:
+    """A name for a docker-archive ``layer.tar`` (which has none of its own) from its size
+    and first MiB: only a guess at which layer it is, until all its bytes hash to one."""
+    digest = hashlib.sha256(b"stackpin layer.tar head %d\0" % size)
+    digest.update(head)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _archive_layer(data: IO[bytes], member: tarfile.TarInfo,
+                   on_layer: Callable[[IO[bytes]], T],
+                   known: Callable[[str], KnownLayer[T] | None]) -> SavedLayer[T]:
+    """A docker-archive layer: one ``known`` holds by its head name is only hashed, all of
+    it (else ``LayerGuessMissed``); any other goes to ``on_layer``, named by its head."""
+    head = data.read(min(TAR_HEAD, member.size))
+    name = tar_head_name(member.size, head)
+    held = known(name)
+    if held is not None and held.size == member.size:
+        digest = hashlib.sha256(head)
+        while chunk := data.read(CHUNK):
+            digest.update(chunk)
+        if f"sha256:{digest.hexdigest()}" != held.diff_id:
+            msg = f"{member.name} began as the held layer {held.diff_id} and then differed"
+            raise LayerGuessMissed(msg)
+        return SavedLayer(diff_id=held.diff_id, compression="", value=held.value, blob=name)
+    whole = chunk_stream(itertools.chain([head], iter(lambda: data.read(CHUNK), b"")), CHUNK)
+    layer = _read_layer(whole, b"", on_layer, blob="")
+    return SavedLayer(diff_id=layer.diff_id, compression="", value=layer.value, blob=name)
+
+
 def _layer(data: IO[bytes], head: bytes, member: tarfile.TarInfo,
            on_layer: Callable[[IO[bytes]], T],
            known: Callable[[str], KnownLayer[T] | None] | None) -> SavedLayer[T]:
     """One layer: a blob ``known`` holds is only hashed; any other goes to ``on_layer``."""
+    if known is not None and member.name.endswith("/layer.tar"):
+        return _archive_layer(data, member, on_layer, known)
     blob = _blob_digest(member.name) if known is not None else ""
     held = known(blob) if known is not None and blob else None
     # An uncompressed blob is its own diff_id and tar: a holding that says otherwise (another
@@ -203,8 +243,9 @@ def read_save(stream: IO[bytes], on_layer: Callable[[IO[bytes]], T], *,
               ) -> SaveContents[T]:
     """Read a ``docker save`` stream of either layout; ``on_layer`` reads each layer tar.
 
-    ``known`` names the OCI blobs the caller holds already (by ``sha256:<hex>``): those are
-    only hashed against their names, and ``on_layer`` is not called for them. ``on_read``
+    ``known`` names the layers the caller holds already (by ``sha256:<hex>``: an OCI blob's
+    digest, a docker-archive layer's ``tar_head_name``): those are only hashed against
+    their names (diff_ids), and ``on_layer`` is not called for them. ``on_read``
     is handed each layer as soon as it has been read and hashed, before the next comes."""
     documents: dict[str, bytes] = {}
     layers: dict[str, SavedLayer[T]] = {}
@@ -445,37 +486,3 @@ def _layout_pieces(
 
 def canonical_bytes(value: object) -> bytes:
     return primitives.canonical_bytes(value, ascii_only=True)
-
-
-# --- one saved image, spooled ------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class SavedImage:
-    """One image of a ``docker save`` stream unpacked into a folder: config + layer files."""
-
-    config: Mapping[str, Any]
-    layers: tuple[Path, ...]  # in config order; the same file may appear twice
-    layer_digests: Mapping[Path, str]
-
-
-def unpack_save(stream: IO[bytes], folder: Path) -> SavedImage:
-    """Spool a one-image ``docker save`` stream (either layout): layers to files, uncompressed."""
-    count = itertools.count()
-
-    def spool(data: IO[bytes]) -> Path:
-        path = folder / f"in-{next(count)}.tar"
-        with path.open("wb") as out:
-            shutil.copyfileobj(data, out, CHUNK)
-        return path
-
-    contents = read_save(stream, spool)
-    if len(contents.entries) != 1:
-        msg = f"docker save gave {len(contents.entries)} images where one was asked for"
-        raise BuildError(msg)
-    layers = contents.layers_of(contents.entries[0])
-    return SavedImage(
-        config=contents.entries[0].config,
-        layers=tuple(layer.value for layer in layers),
-        layer_digests={layer.value: layer.diff_id for layer in contents.layers.values()},
-    )
