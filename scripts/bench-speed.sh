@@ -168,6 +168,10 @@ while IFS='=' read -r name host; do
     bz=$(stat -c %s "$work/bundle/images.tar.zst") zs=$(stat -c %s "$work/save.tar.zst")
     echo "$name size: bundle images.tar.zst $bz B, zstd -3 of the save $zs B"
     rm -f "$work/save.tar" "$work/save.tar.zst"
+    # What the image is made of, comparable across engines (the classic store names images by
+    # config digest, the containerd store by manifest digest): the sha256 of its layer list.
+    # Before the loads: on the containerd store a loaded bundle's image has another ID.
+    echo "$name layers of the cold build: $(docker image inspect --format '{{json .RootFS.Layers}}' "$image")"
     sp_load=() plain_load=()
     for round in $(seq 1 "${BENCH_LOAD_ROUNDS:-2}"); do
         a() { gone "$image"; (cd "$work/a" && "$sp" bundle load --insecure-unsigned "$work/bundle"); }
@@ -177,9 +181,6 @@ while IFS='=' read -r name host; do
         echo "$name load round $round: verified bundle load $l s, zstd -dc | docker load $p s"
     done
     rm -rf "$work/bundle"
-    # What the image is made of, comparable across engines (the classic store names images by
-    # config digest, the containerd store by manifest digest): the sha256 of its layer list.
-    echo "$name layers of the cold build: $(docker image inspect --format '{{json .RootFS.Layers}}' "$image")"
     if [ "${BENCH_WARM:-1}" = 0 ]; then
         w=- hw=-
         rows+=("| $name | $store | $(median "${sp_cold[@]}") / $(median "${hand_cold[@]}") = $(ratio "$(median "${sp_cold[@]}")" "$(median "${hand_cold[@]}")") | not run (BENCH_WARM=0) | $(median "${sp_export[@]}") / $(median "${save[@]}") = $(ratio "$(median "${sp_export[@]}")" "$(median "${save[@]}")") | $(median "${kept_export[@]}") / $(median "${kept_save[@]}") = $(ratio "$(median "${kept_export[@]}")" "$(median "${kept_save[@]}")") | not run | $(median "${sp_load[@]}") / $(median "${plain_load[@]}") = $(ratio "$(median "${sp_load[@]}")" "$(median "${plain_load[@]}")") | $(ratio "$bz" "$zs") |")
