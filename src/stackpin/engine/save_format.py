@@ -27,7 +27,7 @@ import json
 import posixpath
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, Generic, Literal, TypeVar, cast
 
@@ -176,18 +176,14 @@ def _archive_layer(data: IO[bytes], member: tarfile.TarInfo,
     it (else ``LayerGuessMissed``); any other goes to ``on_layer``, named by its head."""
     head = data.read(min(TAR_HEAD, member.size))
     name = tar_head_name(member.size, head)
+    whole = chunk_stream(itertools.chain([head], iter(lambda: data.read(CHUNK), b"")), CHUNK)
     held = known(name)
     if held is not None and held.size == member.size:
-        digest = hashlib.sha256(head)
-        while chunk := data.read(CHUNK):
-            digest.update(chunk)
-        if f"sha256:{digest.hexdigest()}" != held.diff_id:
+        if f"sha256:{hash_stream(whole)[1]}" != held.diff_id:
             msg = f"{member.name} began as the held layer {held.diff_id} and then differed"
             raise LayerGuessMissed(msg)
         return SavedLayer(diff_id=held.diff_id, compression="", value=held.value, blob=name)
-    whole = chunk_stream(itertools.chain([head], iter(lambda: data.read(CHUNK), b"")), CHUNK)
-    layer = _read_layer(whole, b"", on_layer, blob="")
-    return SavedLayer(diff_id=layer.diff_id, compression="", value=layer.value, blob=name)
+    return replace(_read_layer(whole, b"", on_layer, blob=""), blob=name)
 
 
 def _layer(data: IO[bytes], head: bytes, member: tarfile.TarInfo,
