@@ -23,7 +23,8 @@ from stackpin.engine.save_format import read_save
 from stackpin.errors import HostEnvironmentError
 from stackpin.matrix import Variant
 from stackpin.normalize import NormalizeRequest, normalize_image
-from stackpin.primitives import hash_stream, read_tar_stream
+from stackpin.primitives import hash_stream
+from stackpin.tarstream import read_tar_stream
 
 Kind = Literal["content", "mtime", "mode", "owner", "only_in_existing", "only_in_rebuilt"]
 _TYPES = {

@@ -40,8 +40,9 @@ from stackpin.bundle.format import (
 )
 from stackpin.errors import BundleError
 from stackpin.meter import NO_METER, Meter, MeteredReader
-from stackpin.primitives import CHUNK, hash_stream, read_tar_stream
+from stackpin.primitives import CHUNK, hash_stream
 from stackpin.signing import SIGNATURE_BYTES
+from stackpin.tarstream import TarStream, read_tar_stream
 from stackpin.untrusted import parse_json, read_bounded, shown
 
 MAX_MEMBERS = schema.MAX_FILES + 10_000  # files plus their folders
@@ -239,7 +240,7 @@ def tarfile_error(message: str) -> tarfile.HeaderError:
     return tarfile.HeaderError(message)
 
 
-def open_stream(handle: IO[bytes]) -> tarfile.TarFile:
+def open_stream(handle: IO[bytes]) -> TarStream:
     """A stream-mode tar reader with capped headers."""
     return read_tar_stream(handle, tarinfo=BoundedTarInfo)
 
@@ -264,7 +265,7 @@ class _ArchiveScan:
         self.state: SignatureState | None = None
         self.found: dict[str, tuple[int, str]] = {}
 
-    def member(self, tar: tarfile.TarFile, info: tarfile.TarInfo) -> None:
+    def member(self, tar: TarStream, info: tarfile.TarInfo) -> None:
         self.members += 1
         if self.members > MAX_MEMBERS:
             raise refuse(self.source, f"the archive has more than {MAX_MEMBERS} members")

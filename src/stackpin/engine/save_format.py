@@ -40,12 +40,12 @@ from stackpin.primitives import (
     CHUNK,
     HashingReader,
     hash_stream,
-    read_tar_stream,
     tar_end,
     tar_header,
     tar_member,
     tar_padding,
 )
+from stackpin.tarstream import read_tar_stream
 
 T = TypeVar("T")
 GZIP_MAGIC = b"\x1f\x8b"
@@ -257,7 +257,7 @@ def read_save(stream: IO[bytes], on_layer: Callable[[IO[bytes]], T], *,
                 elif member.isfile():
                     data = tar.extractfile(member)
                     assert data is not None
-                    head = data.peek(4)[:4]  # type: ignore[attr-defined]
+                    head = data.peek(4)[:4]
                     if _is_layer(member, head):
                         layer = _layer(data, head, member, on_layer, known)
                         layers[member.name] = layer
