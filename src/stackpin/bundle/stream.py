@@ -51,7 +51,14 @@ from stackpin.engine.save_format import (
 from stackpin.engine.types import HistoryItem
 from stackpin.errors import BundleError
 from stackpin.meter import NO_METER, Meter, metered
-from stackpin.primitives import CHUNK, HashingWriter, ReadAhead, sha256_file, tar_padding
+from stackpin.primitives import (
+    CHUNK,
+    HashingWriter,
+    ReadAhead,
+    sha256_file,
+    tar_padding,
+    written_back,
+)
 
 # Save-stream chunks (1 MiB each) the socket reader may run ahead of the compression.
 SAVE_AHEAD = 16
@@ -293,7 +300,7 @@ def _write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: 
     compressor = frame_compressor(threads)
     cache = FrameCache(frame_cache, level=ZSTD_LEVEL) if frame_cache is not None else None
     with tempfile.TemporaryDirectory(prefix=".layers-", dir=path.parent) as folder, \
-            path.open("wb") as out:
+            path.open("wb") as out, written_back(out.fileno()):
         spool = FrameSpool(Path(folder), compressor)
         writer = LayoutWriter(out, _layer_order(engine, names, held), compressor)
         estimate = save_estimate(engine, names)
