@@ -249,3 +249,21 @@ def test_cache_dir_is_machine_wide_and_overridable(tmp_path: Path):
     assert cache_dir({"STACKPIN_CACHE_DIR": str(tmp_path)}) == tmp_path
     assert cache_dir({"XDG_CACHE_HOME": "/x"}) == Path("/x/stackpin")
     assert cache_dir({}) == Path.home() / ".cache" / "stackpin"
+
+
+def test_each_verb_is_its_modules_command_and_loads_alone():
+    from stackpin.cli import registry
+
+    for verb in registry.verbs():
+        command = registry.load(verb)
+        assert command is not None and command.name == verb
+    assert registry.load("bogus") is None
+    # a run imports only the verb it runs: the export does not pull in the build's modules
+    import subprocess
+    import sys
+    code = ("import sys; from stackpin.cli import registry; registry.load('bundle'); "
+            "print(sorted(m for m in sys.modules if m.startswith('stackpin.cli.')))")
+    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                            text=True).stdout
+    assert "stackpin.cli.bundle_cmd" in loaded
+    assert "stackpin.cli.build_cmd" not in loaded and "stackpin.cli.verify_cmd" not in loaded

@@ -24,6 +24,12 @@ class _Group(click.Group):
     expect is the host's (exit 8); anything else is a bug in stackpin (exit 1).
     """
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return registry.verbs()
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return registry.load(cmd_name)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -92,8 +98,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
 
-
-registry.register_all(cli)
 
 
 def _interrupt_on_sigterm() -> None:
