@@ -25,7 +25,8 @@
 # BENCH_ROUNDS (default 1) cold-build rounds, BENCH_EXPORT_ROUNDS (default 2) export rounds;
 # BENCH_BUILDER (default auto) is stackpin build's --builder; BENCH_WARM=0 skips the warm
 # pin-change pair; BENCH_UV=1 adds the uv yardstick (scripts/bench-handwritten-uv.Dockerfile)
-# after the last cold pair.
+# after the last cold pair. BENCH_ONLY=export builds the image once, untimed, and runs only
+# the export pairs and the size (item 2 and the size of item 3).
 # Needs: scripts/setup-host.sh --engines done (buildx), the CPU default's wheelhouse
 # fetched, the index reachable (the changed pin's lock and wheel, before any timing).
 set -euo pipefail
@@ -70,6 +71,8 @@ EOF
     )
 }
 
+cold_rounds=${BENCH_ROUNDS:-1}
+[ "${BENCH_ONLY:-}" != export ] || cold_rounds=0 BENCH_WARM=0
 project "$work/a"
 # The code under test is the clone's (HEAD), not the worktree's editable install, so edits
 # made while the benchmark runs never reach it.
@@ -129,7 +132,10 @@ while IFS='=' read -r name host; do
     sp_cold=() hand_cold=() sp_export=() save=() kept_export=() kept_save=()
     frames=$("$py" -c 'from stackpin.cache import cache_dir; print(cache_dir())')/frames
     rm -rf "$frames"
-    for round in $(seq 1 "${BENCH_ROUNDS:-1}"); do
+    if [ "${BENCH_ONLY:-}" = export ]; then  # one untimed build to export
+        (cd "$work/a" && "$sp" build "$bench" --builder "${BENCH_BUILDER:-auto}" --json >"$work/cold.json" 2>>"$work/log")
+    fi
+    for round in $(seq 1 "$cold_rounds"); do
         a() { (cd "$work/a" && "$sp" build "$bench" --no-cache --builder "${BENCH_BUILDER:-auto}" --json >"$work/cold.json"); }
         b() { hand "$work/a" "$hand_tag" --no-cache; }
         if [ $((round % 2)) = 1 ]; then timed s a; timed h b; else timed h b; timed s a; fi
@@ -142,7 +148,7 @@ while IFS='=' read -r name host; do
         docker rmi -f "$hand_tag-uv" >/dev/null
     fi
     image=$(field "$work/cold.json" image_id)
-    same_installs "$image" "$hand_tag"
+    [ "$cold_rounds" = 0 ] || same_installs "$image" "$hand_tag"
     for round in $(seq 1 "${BENCH_EXPORT_ROUNDS:-2}"); do
         rm -rf "$work/bundle" "$work/save.tar"
         a() { (cd "$work/a" && "$sp" bundle export "$bench" --no-cache -o "$work/bundle"); }
@@ -173,6 +179,12 @@ while IFS='=' read -r name host; do
     # Before the loads: on the containerd store a loaded bundle's image has another ID.
     echo "$name layers of the cold build: $(docker image inspect --format '{{json .RootFS.Layers}}' "$image")"
     sp_load=() plain_load=()
+    if [ "$cold_rounds" = 0 ]; then
+        rm -rf "$work/bundle"
+        rows+=("| $name | $store | not run | not run | $(median "${sp_export[@]}") / $(median "${save[@]}") = $(ratio "$(median "${sp_export[@]}")" "$(median "${save[@]}")") | $(median "${kept_export[@]}") / $(median "${kept_save[@]}") = $(ratio "$(median "${kept_export[@]}")" "$(median "${kept_save[@]}")") | not run | not run | $(ratio "$bz" "$zs") |")
+        docker images -q --filter "label=io.stackpin.cell=$bench" | sort -u | xargs -r docker rmi -f >/dev/null
+        continue
+    fi
     for round in $(seq 1 "${BENCH_LOAD_ROUNDS:-2}"); do
         a() { gone "$image"; (cd "$work/a" && "$sp" bundle load --insecure-unsigned "$work/bundle"); }
         b() { gone "$image"; zstd -dc "$work/bundle/images.tar.zst" | docker load; }
