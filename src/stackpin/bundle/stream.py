@@ -296,28 +296,29 @@ def write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: i
 def _write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: int,
                   meter: Meter, held: frozenset[str], frame_cache: Path | None,
                   guess: bool = True) -> tuple[StreamStats, dict[str, BundledImage]]:
-    version = engine.version()
     compressor = frame_compressor(threads)
     cache = FrameCache(frame_cache, level=ZSTD_LEVEL) if frame_cache is not None else None
-    with tempfile.TemporaryDirectory(prefix=".layers-", dir=path.parent) as folder, \
+    # The request goes out before anything else: the daemon writes the whole save into a
+    # folder of its own before it sends a byte (22-25 s for the CUDA images), and all that
+    # is done here before the first byte (the images' layer lists, the kept frames) runs
+    # meanwhile. The socket is then read by a thread of its own, ahead of the parsing,
+    # hashing and compressing here: read in turn, the two waited on each other.
+    save = engine.save(SaveRequest(images=tuple(sorted(names))))
+    with contextlib.closing(ReadAhead(save, depth=SAVE_AHEAD)) as ahead, \
+            tempfile.TemporaryDirectory(prefix=".layers-", dir=path.parent) as folder, \
             path.open("wb") as out, written_back(out.fileno()):
+        version = engine.version()
         spool = FrameSpool(Path(folder), compressor)
         writer = LayoutWriter(out, _layer_order(engine, names, held), compressor)
         estimate = save_estimate(engine, names)
-        # The daemon's socket is read by a thread of its own, ahead of the parsing, hashing
-        # and compressing here: read in turn, the two waited on each other (on 2 cores,
-        # 10 s of a CUDA export's 51 went to this thread waiting on the socket). It sends
-        # the request at once; the kept frames are written while the daemon prepares.
-        save = engine.save(SaveRequest(images=tuple(sorted(names))))
-        with contextlib.closing(ReadAhead(save, depth=SAVE_AHEAD)) as ahead:
-            if cache is not None:
-                _write_kept(writer, cache, meter)
-            meter.start("save", estimate, estimate=True)
-            saved = read_save(
-                chunk_stream(metered(ahead, meter)), spool.keep,
-                known=_known_layers(cache, guess=guess),
-                on_read=lambda layer: writer.offer(layer.diff_id, layer.value.size,
-                                                   layer.value.path))
+        if cache is not None:
+            _write_kept(writer, cache, meter)
+        meter.start("save", estimate, estimate=True)
+        saved = read_save(
+            chunk_stream(metered(ahead, meter)), spool.keep,
+            known=_known_layers(cache, guess=guess),
+            on_read=lambda layer: writer.offer(layer.diff_id, layer.value.size,
+                                               layer.value.path))
         meter.finish()
         entries = sorted(saved.entries, key=lambda e: e.config_digest)
         diff_ids = [[layer.diff_id for layer in saved.layers_of(e)] for e in entries]
