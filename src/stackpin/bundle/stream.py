@@ -298,10 +298,9 @@ def _write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: 
                   guess: bool = True) -> tuple[StreamStats, dict[str, BundledImage]]:
     compressor = frame_compressor(threads)
     cache = FrameCache(frame_cache, level=ZSTD_LEVEL) if frame_cache is not None else None
-    # The request goes out before anything else: the daemon writes the whole save into a
-    # folder of its own before it sends a byte (22-25 s for the CUDA images), and all that
-    # is done here before the first byte (the images' layer lists, the kept frames) runs
-    # meanwhile. The socket is then read by a thread of its own, ahead of the parsing,
+    # The request goes out before anything else: the daemon prepares the whole save before
+    # it sends a byte (22-25 s for the CUDA images), and all that is done here before the
+    # first byte (the images' layer lists, the kept frames) runs meanwhile. The socket is then read by a thread of its own, ahead of the parsing,
     # hashing and compressing here: read in turn, the two waited on each other.
     save = engine.save(SaveRequest(images=tuple(sorted(names))))
     with contextlib.closing(ReadAhead(save, depth=SAVE_AHEAD)) as ahead, \
