@@ -300,8 +300,9 @@ def _write_images(engine: Engine, names: Sequence[str], path: Path, *, threads: 
     cache = FrameCache(frame_cache, level=ZSTD_LEVEL) if frame_cache is not None else None
     # The request goes out before anything else: the daemon prepares the whole save before
     # it sends a byte (22-25 s for the CUDA images), and all that is done here before the
-    # first byte (the images' layer lists, the kept frames) runs meanwhile. The socket is then read by a thread of its own, ahead of the parsing,
-    # hashing and compressing here: read in turn, the two waited on each other.
+    # first byte (the images' layer lists, the kept frames) runs meanwhile. The socket is
+    # then read by a thread of its own, ahead of the parsing, hashing and compressing here:
+    # read in turn, the two waited on each other.
     save = engine.save(SaveRequest(images=tuple(sorted(names))))
     with contextlib.closing(ReadAhead(save, depth=SAVE_AHEAD)) as ahead, \
             tempfile.TemporaryDirectory(prefix=".layers-", dir=path.parent) as folder, \
