@@ -99,7 +99,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-
 def _interrupt_on_sigterm() -> None:
     """Treat SIGTERM (timeout, CI cancel, docker stop) like Ctrl-C.
 
