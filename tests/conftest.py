@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -137,3 +138,34 @@ def pin_fake_installer(root: Path, data: bytes = b"the pinned installer wheel") 
         pinned.sha256, hashlib.sha256(data).hexdigest()), encoding="utf-8")
     (root / tools.TOOLS_DIR).mkdir(parents=True, exist_ok=True)
     (root / tools.TOOLS_DIR / pinned.wheel).write_bytes(data)
+
+
+# Each test over SLOW_TEST_S is named as it ends, with the session's clock: a run cut short
+# (CI's 90 minutes) still says where its time went; --durations prints only at the end.
+SLOW_TEST_S = 20.0
+_test_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    seconds = _test_seconds.get(report.nodeid, 0.0) + report.duration
+    _test_seconds[report.nodeid] = seconds
+    if report.when != "teardown":
+        return
+    del _test_seconds[report.nodeid]
+    if seconds < SLOW_TEST_S:
+        return
+    config = _CONFIG[0] if _CONFIG else None
+    reporter = config.pluginmanager.get_plugin("terminalreporter") if config else None
+    if reporter is not None and config is not None:
+        elapsed = time.monotonic() - config.stash[_SESSION_START]
+        reporter.write("\n")
+        reporter.write_line(f"[slow] {seconds:.0f} s {report.nodeid} (session +{elapsed:.0f} s)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _CONFIG[:] = [config]
+    config.stash[_SESSION_START] = time.monotonic()
+
+
+_CONFIG: list[pytest.Config] = []
+_SESSION_START = pytest.StashKey[float]()
