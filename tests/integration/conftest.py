@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import stackpin_cli
 from tests.integration.leftovers import remove_test_images
 from tests.integration.rehearsal_builds import RehearsalBuilds
+from tests.integration.small_cell import small_checkout  # noqa: F401  (a session fixture)
 
 from stackpin.bootstrap import BootstrapRequest, bootstrap_image, bootstrap_request
 from stackpin.cache import cache_dir

@@ -36,7 +36,7 @@ import pytest
 from tests.conftest import CPU_CELL, stackpin_cli
 from tests.integration.conftest import matrix_hosts
 from tests.integration.loopback import free_port, netns
-from tests.integration.test_engine_matrix import _rewrite
+from tests.integration.small_cell import _rewrite
 from tests.tools import missing, need_docker_plugin, need_tool
 
 from stackpin.bundle.delta import chain_ids
