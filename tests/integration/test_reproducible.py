@@ -5,9 +5,9 @@ caught by `stackpin rebuild --check` and named by its path.
 CI cost (2 cores): one truly --no-cache build of the CPU default (B: `stackpin rebuild
 --check`, ~4-7 min plus normalisation). Build A reuses the layers the session's
 `cpu_image` build left in the cache (on a clean CI machine those come from a cold build
-in this session). The injection test rebuilds only the final stage's last steps: its
-image comes from the cache up to the injected RUN, and `rebuild --check --use-cache`
-re-runs just that step.
+in this session). The injection test builds the engine matrix's small cell (seconds, not
+the CPU image's minutes: it cost 2.5 min of CI's 90 on the CPU image), and
+`rebuild --check --use-cache` re-runs just the injected step and the labels after it.
 Both tests work in snapshot copies of the checkout, so edits made to the checkout while
 they run cannot make the two builds differ; the image tags they move are put back.
 """
@@ -25,16 +25,19 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import CPU_CELL, ROOT, checkout_copy
+from tests.integration.small_cell import MATRIX_CELL
 
 from stackpin.engine.docker_api import DockerEngine
 from stackpin.lock import read_lock
 from stackpin.normalize import SDE_LABEL
+from stackpin.render import DOCKERFILES
 
 pytestmark = pytest.mark.docker
 
 # A token unique to each run keeps the step out of the layer cache of earlier runs on the
 # same daemon: a cached `date` layer from a previous run would make both builds agree.
 INJECTED = f"RUN : {uuid.uuid4().hex} && date +%s%N > /opt/stackpin/built-at"
+ANCHOR = '{% include "fragments/labels.j2" %}'  # the small cell's metadata steps
 
 
 def stackpin(copy: Path, *args: str, env: dict[str, str] | None = None,
@@ -107,23 +110,29 @@ def test_no_cache_rebuild_elsewhere_gives_the_same_image_id(
 
 
 def test_injected_timestamp_is_caught_and_named(
-    cpu_image, cpu_project: Path, docker_engine: DockerEngine, tmp_path: Path,
-    tags_put_back: None,
+    cpu_base: str, small_checkout: Path, docker_engine: DockerEngine, tmp_path: Path,
 ):
-    copy = checkout_copy(tmp_path / "injected", wheels_from=cpu_project)
-    template = copy / "templates" / "Dockerfile.j2"
-    text = template.read_text()
-    anchor = "COPY verify/ /opt/stackpin/verify/\n"
-    assert anchor in text
-    template.write_text(text.replace(anchor, anchor + INJECTED + "\n"))
-    built = record_of(stackpin(copy, "build", CPU_CELL, "--json"))
+    """The injection rides on the engine matrix's small cell (same base, same classic
+    builder and normalisation on the default engine, a few MB of layers): what is under
+    test is that `rebuild --check` finds the one layer that differs and names its path,
+    not the CPU image's content (B above proves that rebuilds the same)."""
+    copy = tmp_path / "injected"
+    subprocess.run(["cp", "-al", str(small_checkout), str(copy)], check=True)
+    for template in DOCKERFILES.values():  # hard links: replaced, never written through
+        path = copy / "templates" / template
+        text = path.read_text()
+        assert ANCHOR in text
+        path.unlink()
+        path.write_text(text.replace(ANCHOR, INJECTED + "\n" + ANCHOR))
+    built = record_of(stackpin(copy, "build", MATRIX_CELL, "--builder", "classic", "--json"))
     # Drop the builder's cache of the injected step (and the metadata steps after it),
     # so the cached rebuild below runs `date` again; earlier layers stay cached.
     assert docker_engine.remove_image(str(built["raw_image_id"]))
     try:
         # --image pins the comparison to this build: other sessions may move the tags.
-        done = stackpin(copy, "rebuild", "--check", "--use-cache", CPU_CELL, "--json",
-                        "--variant", "stable", "--image", str(built["image_id"]))
+        done = stackpin(copy, "rebuild", "--check", "--use-cache", MATRIX_CELL, "--json",
+                        "--builder", "classic", "--variant", "stable",
+                        "--image", str(built["image_id"]))
         assert done.returncode == 6, f"{done.stdout}\n{done.stderr}"
         report = json.loads(done.stdout)
         assert report["pass"] is False
@@ -136,8 +145,8 @@ def test_injected_timestamp_is_caught_and_named(
         # The one-line error names the path too (the text report is tested in unit tests).
         assert "not reproducible" in done.stderr
         assert "/opt/stackpin/built-at" in done.stderr
-    finally:
+    finally:  # this build's image only: the matrix may hold the cell's on other engines
         docker_engine.remove_image(str(built["image_id"]), force=True)
-    leftovers = [i for i in docker_engine.list_images(f"io.stackpin.cell={CPU_CELL}")
+    leftovers = [i for i in docker_engine.list_images(f"io.stackpin.cell={MATRIX_CELL}")
                  if any(":rebuild-check-" in t for t in i.tags)]
     assert leftovers == []
