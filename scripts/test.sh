@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 2: every check the project has. Lint and types first (cheap), then the
 # tests without a daemon on every core (pytest-xdist), then the integration tests against
-# the real Docker daemon (marker docker), one at a time: they share the daemon and its builds.
+# the real Docker daemon (marker docker) in two lanes: the CUDA images on their own engine,
+# beside the rest one at a time (they share the default daemon and its builds).
 # Arguments go to one plain pytest run instead (`bash scripts/test.sh tests/unit -k lock`).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -24,6 +25,10 @@ if [ "$#" -gt 0 ]; then
 fi
 # The slowest tests, each run: what every heavy test costs stays in the CI log.
 rc=0
-run_pytest --durations=15 --numprocesses auto -m "not docker" || rc=$?
-run_pytest --durations=30 -m docker || rc=$?
+# worksteal: an idle worker takes queued tests from a busy one. With the default split the
+# two index resolutions (2.5 min each on a slow link) ran back to back on one worker.
+run_pytest --durations=15 --numprocesses auto --dist worksteal -m "not docker" || rc=$?
+# Two lanes (xdist loadgroup, tests/conftest.py): the CUDA images on their own engine beside
+# everything else in collection order on the default engine and the matrix.
+run_pytest --durations=30 --numprocesses 2 --dist loadgroup -m docker || rc=$?
 exit "$rc"

@@ -40,7 +40,9 @@ from stackpin.matrixfile import load_cells
 from stackpin.normalize import SDE_LABEL
 from stackpin.render import mount_stub_folders, stub_layer_names
 
-pytestmark = pytest.mark.docker
+# Its own lane of the Docker tier (scripts/test.sh runs two): it touches only its own engine,
+# checkout copy, base and tags, so it runs beside the default engine's tests.
+pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("docker28-cuda")]
 
 ENGINE = "docker28-classic"
 
