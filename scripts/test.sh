@@ -25,8 +25,8 @@ if [ "$#" -gt 0 ]; then
 fi
 # The slowest tests, each run: what every heavy test costs stays in the CI log.
 rc=0
-# worksteal: an idle worker takes queued tests from a busy one. With the default split the
-# two index resolutions (2.5 min each on a slow link) ran back to back on one worker.
+# worksteal: each worker starts on its own share (tests/conftest.py spreads the slow ones
+# across the shares) and an idle one takes queued tests from a busy one.
 run_pytest --durations=15 --numprocesses auto --dist worksteal -m "not docker" || rc=$?
 # Two lanes (xdist loadgroup, tests/conftest.py): the CUDA images on their own engine beside
 # everything else in collection order on the default engine and the matrix.

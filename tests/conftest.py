@@ -63,12 +63,36 @@ def shipped_cells() -> dict[str, Cell]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Integration tests against the real daemon run last (tox's rule: cheap feedback first).
     items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
+    workerinput = getattr(config, "workerinput", None)  # set on an xdist worker
+    spread_slow_tests(items, int(workerinput["workercount"]) if workerinput else 1)
     # The Docker tier runs in two lanes (scripts/test.sh: xdist's loadgroup): a module that
     # names its own group runs beside the rest, which keep their order in one lane, since
     # they share the default engine, its images and tags.
     for item in items:
         if item.get_closest_marker("docker") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(DEFAULT_LANE))
+
+
+def spread_slow_tests(items: list[pytest.Item], workers: int) -> None:
+    """Put the daemon-free tests marked slow at the heads of the workers' shares, in turn.
+
+    xdist's worksteal (scripts/test.sh) gives each worker one contiguous share of the queue;
+    the two index resolutions (2 min each on a slow link), side by side in collection order,
+    ran back to back on one worker and were the tier's critical path."""
+    tier = [item for item in items if item.get_closest_marker("docker") is None]
+    slow = [item for item in tier if item.get_closest_marker("slow")]
+    if workers < 2 or not slow:
+        return
+    rest = [item for item in tier if not item.get_closest_marker("slow")]
+    size = -(-len(tier) // workers)
+    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for n, item in enumerate(slow):
+        shares[n % workers].append(item)
+    for n, share in enumerate(shares):
+        take = len(rest) if n == workers - 1 else max(size - len(share), 0)
+        share.extend(rest[:take])
+        rest = rest[take:]
+    items[:len(tier)] = [item for share in shares for item in share]
 
 
 def checkout_copy(dest: Path, *, wheels_from: Path = ROOT) -> Path:
