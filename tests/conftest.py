@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CPU_CELL = "cpu-bookworm-torch2130-py311"
 CUDA_CELL = "cuda130-sm90-torch2110-py311"
 K100_CELL = "dtk2604-k100-torch290-py310"
-DEFAULT_LANE = "default-engine"
 
 
 @pytest.fixture(autouse=True)
@@ -65,12 +64,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("docker") is not None)
     workerinput = getattr(config, "workerinput", None)  # set on an xdist worker
     spread_slow_tests(items, int(workerinput["workercount"]) if workerinput else 1)
-    # The Docker tier runs in two lanes (scripts/test.sh: xdist's loadgroup): a module that
-    # names its own group runs beside the rest, which keep their order in one lane, since
-    # they share the default engine, its images and tags.
-    for item in items:
-        if item.get_closest_marker("docker") and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(DEFAULT_LANE))
 
 
 def spread_slow_tests(items: list[pytest.Item], workers: int) -> None:

@@ -42,7 +42,7 @@ from stackpin.render import mount_stub_folders, stub_layer_names
 
 # Its own lane of the Docker tier (scripts/test.sh runs two): it touches only its own engine,
 # checkout copy, base and tags, so it runs beside the default engine's tests.
-pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("docker28-cuda")]
+pytestmark = [pytest.mark.docker, pytest.mark.own_lane]
 
 ENGINE = "docker28-classic"
 
