@@ -63,20 +63,22 @@ def _rewrite(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-def small_project(source: Path, dest: Path) -> Path:
-    """A copy of ``source`` whose only cell of cpu.toml is MATRIX_CELL, from SMALL_TEMPLATE."""
+def small_project(source: Path, dest: Path, *, cell: str = MATRIX_CELL,
+                  template: str = SMALL_TEMPLATE) -> Path:
+    """A copy of ``source`` whose CPU cell of cpu.toml is renamed ``cell`` (its lock and
+    wheelhouse moved to match), every builder's Dockerfile being ``template``."""
     shutil.copytree(source, dest, symlinks=True, copy_function=os.link,
                     ignore=shutil.ignore_patterns("build"))
     matrix = dest / "pinning" / "cpu.toml"
-    _rewrite(matrix, matrix.read_text().replace(CPU_CELL, MATRIX_CELL))
+    _rewrite(matrix, matrix.read_text().replace(CPU_CELL, cell))
     cells = load_cells(sorted((dest / "pinning").glob("*.toml")))
     lock = json.loads((dest / "pinning" / "locks" / f"{CPU_CELL}.lock").read_text())
-    lock.update(cell=MATRIX_CELL, cell_digest=cell_digest(cells[MATRIX_CELL]))
-    (dest / "pinning" / "locks" / f"{MATRIX_CELL}.lock").write_text(
+    lock.update(cell=cell, cell_digest=cell_digest(cells[cell]))
+    (dest / "pinning" / "locks" / f"{cell}.lock").write_text(
         json.dumps(lock, indent=2, sort_keys=True) + "\n")
-    (dest / "wheels" / CPU_CELL).rename(dest / "wheels" / MATRIX_CELL)
+    (dest / "wheels" / CPU_CELL).rename(dest / "wheels" / cell)
     for builder_template in DOCKERFILES.values():  # each builder's Dockerfile
-        _rewrite(dest / "templates" / builder_template, SMALL_TEMPLATE)
+        _rewrite(dest / "templates" / builder_template, template)
     return dest
 
 

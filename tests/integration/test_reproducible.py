@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import CPU_CELL, ROOT, checkout_copy
-from tests.integration.small_cell import MATRIX_CELL
+from tests.integration.small_cell import MATRIX_CELL, _rewrite
 
 from stackpin.engine.docker_api import DockerEngine
 from stackpin.lock import read_lock
@@ -118,12 +118,11 @@ def test_injected_timestamp_is_caught_and_named(
     not the CPU image's content (B above proves that rebuilds the same)."""
     copy = tmp_path / "injected"
     subprocess.run(["cp", "-al", str(small_checkout), str(copy)], check=True)
-    for template in DOCKERFILES.values():  # hard links: replaced, never written through
+    for template in DOCKERFILES.values():
         path = copy / "templates" / template
         text = path.read_text()
         assert ANCHOR in text
-        path.unlink()
-        path.write_text(text.replace(ANCHOR, INJECTED + "\n" + ANCHOR))
+        _rewrite(path, text.replace(ANCHOR, INJECTED + "\n" + ANCHOR))
     built = record_of(stackpin(copy, "build", MATRIX_CELL, "--builder", "classic", "--json"))
     # Drop the builder's cache of the injected step (and the metadata steps after it),
     # so the cached rebuild below runs `date` again; earlier layers stay cached.

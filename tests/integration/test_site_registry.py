@@ -36,13 +36,11 @@ import pytest
 from tests.conftest import CPU_CELL, stackpin_cli
 from tests.integration.conftest import matrix_hosts
 from tests.integration.loopback import free_port, netns
-from tests.integration.small_cell import _rewrite
+from tests.integration.small_cell import _rewrite, small_project
 from tests.tools import missing, need_docker_plugin, need_tool
 
 from stackpin.bundle.delta import chain_ids
 from stackpin.engine.docker_api import DockerEngine
-from stackpin.lock import cell_digest
-from stackpin.matrixfile import load_cells
 from stackpin.render import DOCKERFILES
 
 pytestmark = pytest.mark.docker
@@ -109,19 +107,7 @@ def _remove_cell_images(engine: DockerEngine) -> None:
 
 def _project(source: Path, dest: Path, template: str) -> Path:
     """A copy of ``source`` whose CPU cell is SITES_CELL, built from ``template``."""
-    shutil.copytree(source, dest, symlinks=True, copy_function=os.link,
-                    ignore=shutil.ignore_patterns("build"))
-    matrix = dest / "pinning" / "cpu.toml"
-    _rewrite(matrix, matrix.read_text().replace(CPU_CELL, SITES_CELL))
-    cells = load_cells(sorted((dest / "pinning").glob("*.toml")))
-    lock = json.loads((dest / "pinning" / "locks" / f"{CPU_CELL}.lock").read_text())
-    lock.update(cell=SITES_CELL, cell_digest=cell_digest(cells[SITES_CELL]))
-    (dest / "pinning" / "locks" / f"{SITES_CELL}.lock").write_text(
-        json.dumps(lock, indent=2, sort_keys=True) + "\n")
-    (dest / "wheels" / CPU_CELL).rename(dest / "wheels" / SITES_CELL)
-    for builder_template in DOCKERFILES.values():
-        _rewrite(dest / "templates" / builder_template, template)
-    return dest
+    return small_project(source, dest, cell=SITES_CELL, template=template)
 
 
 def _build(checkout: Path) -> None:
